@@ -1,0 +1,211 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinel errors. Every error this package returns for one of these outcomes
+// satisfies errors.Is(err, ErrX); most are an [*Error] that also carries the
+// driver's cause (errors.As finds a *pgconn.PgError through it).
+var (
+	// ErrLocked reports that another session holds the lock; fn was not called.
+	// It is returned as is (not wrapped), so err == ErrLocked also works.
+	// Retry later, or treat the work as done elsewhere.
+	ErrLocked = errors.New("pgadvisory: lock is held by another session")
+
+	// ErrLockTimeout reports that waiting for the lock (see [WithWait]) hit the
+	// timeout, enforced by the server's lock_timeout (SQLSTATE 55P03). fn was not
+	// called. Retry later.
+	ErrLockTimeout = errors.New("pgadvisory: timed out waiting for the lock (lock_timeout, SQLSTATE 55P03)")
+
+	// ErrDeadlock reports that the server detected a deadlock (SQLSTATE 40P01)
+	// while taking the lock or inside fn. The transaction was aborted, the lock
+	// released and nothing committed. Retrying the whole call is safe.
+	ErrDeadlock = errors.New("pgadvisory: deadlock detected; the transaction was rolled back and the lock released (SQLSTATE 40P01)")
+
+	// ErrLockTableFull reports that the server's shared lock table is exhausted
+	// (SQLSTATE 53200, "out of shared memory"). It affects every session of the
+	// cluster: find who holds many locks (pg_locks) or raise
+	// max_locks_per_transaction. Do not retry in a loop.
+	ErrLockTableFull = errors.New("pgadvisory: server lock table is full; raise max_locks_per_transaction or find the session holding many locks (SQLSTATE 53200)")
+
+	// ErrConnLost reports that the connection broke or the backend was
+	// terminated (SQLSTATE 57P01, 25P03, class 08, or EOF) before COMMIT was
+	// sent. The server released the lock and rolled the transaction back:
+	// nothing was committed. The pool discards the broken connection.
+	ErrConnLost = errors.New("pgadvisory: connection lost or backend terminated; the lock was released and nothing was committed")
+
+	// ErrCommitUnknown reports that the connection broke while COMMIT was in
+	// flight: the transaction may or may not have committed. Check the data
+	// before redoing non-idempotent work.
+	ErrCommitUnknown = errors.New("pgadvisory: connection lost during COMMIT; the outcome is unknown")
+
+	// ErrStandby reports that the server is a hot standby (pg_is_in_recovery()).
+	// Advisory locks there are local to the standby and exclude nobody on the
+	// primary, so the call was refused before fn ran. Connect to the primary
+	// (target_session_attrs=read-write).
+	ErrStandby = errors.New("pgadvisory: server is a hot standby; advisory locks there exclude nobody on the primary")
+
+	// ErrIsolationLevel reports a request for REPEATABLE READ or SERIALIZABLE.
+	// At those levels the snapshot is taken by the lock statement itself, before
+	// the lock is granted, so fn could miss writes of the previous holder.
+	// RunExclusive always runs at READ COMMITTED.
+	ErrIsolationLevel = errors.New("pgadvisory: only READ COMMITTED is allowed: at REPEATABLE READ or SERIALIZABLE the snapshot predates the lock and fn could read stale data")
+
+	// ErrLockLost reports that a session lock's connection died or the lock
+	// vanished while its work was running. It is the cause of the context
+	// given to the work (see [context.Cause]).
+	ErrLockLost = errors.New("pgadvisory: session lock lost")
+
+	// ErrTransactionPooler reports that the connection goes through a pooler
+	// (such as PgBouncer in pool_mode=transaction) that may hand the server
+	// connection to other clients between transactions. Session locks leak
+	// there, so they are refused. Transaction-scoped RunExclusive works.
+	ErrTransactionPooler = errors.New("pgadvisory: connection goes through a pooler; session locks would leak to other clients (use RunExclusive, or connect directly)")
+
+	// ErrInvalidArgument reports a nil database, a nil function or a bad option.
+	ErrInvalidArgument = errors.New("pgadvisory: invalid argument")
+)
+
+// Error describes a failed call: what was being done, on which locks, and why.
+// Kind is one of the sentinel errors above (or nil when the cause has no
+// dedicated kind); Err is the underlying cause. errors.Is and errors.As see
+// through to both.
+type Error struct {
+	Op       string  // "begin", "lock", "fn", "commit", "unlock" or "watch"
+	LockIDs  []int64 // the lock IDs of the call
+	Name     string  // the lock's declared name, when known
+	SQLState string  // the server's SQLSTATE, when the cause came from the server
+	Kind     error   // a sentinel such as ErrDeadlock, or nil
+	Err      error   // the cause
+}
+
+// Error implements error. The message names the lock, the step and what
+// happened, e.g. "pgadvisory: lock 42 (reports.daily_email): taking the
+// lock: timed out waiting for the lock (…): ERROR: … (SQLSTATE 55P03)".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("pgadvisory: ")
+	switch len(e.LockIDs) {
+	case 0:
+	case 1:
+		fmt.Fprintf(&b, "lock %d", e.LockIDs[0])
+	default:
+		fmt.Fprintf(&b, "locks %v", e.LockIDs)
+	}
+	if e.Name != "" {
+		fmt.Fprintf(&b, " (%s)", e.Name)
+	}
+	if len(e.LockIDs) > 0 || e.Name != "" {
+		b.WriteString(": ")
+	}
+	b.WriteString(opPhrase(e.Op))
+	if e.Kind != nil {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(e.Kind.Error(), "pgadvisory: "))
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func opPhrase(op string) string {
+	switch op {
+	case "begin":
+		return "beginning"
+	case "lock":
+		return "taking the lock"
+	case "fn":
+		return "running fn"
+	case "commit":
+		return "committing"
+	case "watch":
+		return "holding the session lock"
+	case "options":
+		return "reading options"
+	}
+	return op
+}
+
+// Unwrap returns the kind and the cause, for errors.Is and errors.As.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.Kind != nil {
+		errs = append(errs, e.Kind)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// SQLState returns the SQLSTATE code carried by err (from pgx, lib/pq or any
+// driver error with a SQLState method), or "" if there is none.
+func SQLState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState()
+	}
+	return ""
+}
+
+// classify maps a driver error to one of the sentinel kinds, or nil. It is
+// the one place where SQLSTATEs and connection failures get their meaning.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch code := SQLState(err); {
+	case code == "55P03":
+		return ErrLockTimeout
+	case code == "40P01":
+		return ErrDeadlock
+	case code == "53200":
+		return ErrLockTableFull
+	case code == "57P01", code == "57P02", code == "57P03", code == "25P03", strings.HasPrefix(code, "08"):
+		return ErrConnLost
+	case code != "":
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	if isConnFailure(err) {
+		return ErrConnLost
+	}
+	return nil
+}
+
+// isConnFailure reports errors that mean the connection is gone, as the
+// drivers report them: pgx's closed connection, database/sql's bad
+// connection, EOF and network errors.
+func isConnFailure(err error) bool {
+	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr)
+}

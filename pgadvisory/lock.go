@@ -1,0 +1,49 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Lock is a named lock; generated code (cmd/lockgen) produces values of this
+// type. Its methods are the package functions with the lock's ID and name
+// filled in; the name appears in errors and observer events.
+type Lock struct {
+	Name string // declared name, e.g. "reports.daily_email"
+	ID   int64
+}
+
+// String returns the lock's name and ID, e.g. "reports.daily_email(-6078806957557529815)".
+func (l Lock) String() string {
+	return l.Name + "(" + itoa(l.ID) + ")"
+}
+
+// RunExclusive is [RunExclusive] on l.
+func (l Lock) RunExclusive(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error, opts ...Option) error {
+	return RunExclusive(ctx, db, l.ID, fn, l.named(opts)...)
+}
+
+// RunExclusivePgx is [RunExclusivePgx] on l.
+func (l Lock) RunExclusivePgx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error, opts ...Option) error {
+	return RunExclusivePgx(ctx, pool, l.ID, fn, l.named(opts)...)
+}
+
+// RunSession is [RunSession] on l.
+func (l Lock) RunSession(ctx context.Context, db *sql.DB, fn func(context.Context) error, opts ...Option) error {
+	return RunSession(ctx, db, l.ID, fn, l.named(opts)...)
+}
+
+// RunSessionPgx is [RunSessionPgx] on l.
+func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context) error, opts ...Option) error {
+	return RunSessionPgx(ctx, pool, l.ID, fn, l.named(opts)...)
+}
+
+func (l Lock) named(opts []Option) []Option {
+	if l.Name == "" {
+		return opts
+	}
+	return append([]Option{withName(l.Name)}, opts...)
+}

@@ -1,0 +1,139 @@
+package pgadvisory
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The lock statement is the single SQL statement that takes every lock of a
+// call. It returns (granted bool, standby bool) and, for session locks, the
+// backend pid. Folding the hot-standby check (pg_is_in_recovery) and the wait
+// timeout (set_config('lock_timeout', …, true)) into it keeps them free of
+// extra round trips:
+//
+//	SELECT pg_try_advisory_xact_lock($1), pg_is_in_recovery()
+//	SELECT pg_advisory_xact_lock_shared($1)::text = '' AND pg_advisory_xact_lock_shared($2)::text = '',
+//	       pg_is_in_recovery()
+//	  FROM (SELECT set_config('lock_timeout', $3, true)) AS lock_timeout
+//
+// The FROM subquery is evaluated before the select list, so the timeout is in
+// force when the first wait starts; set_config's is_local=true scopes it to
+// the transaction (or to the implicit one of a session-lock statement). IDs
+// arrive sorted, so waiting callers take overlapping sets in the same order
+// and cannot deadlock each other.
+
+type statementShape struct {
+	n                              int
+	shared, wait, timeout, session bool
+}
+
+var statementCache sync.Map // statementShape -> string
+
+// lockStatement returns the SQL text and arguments that take c's locks.
+func (c *config) lockStatement(session bool) (string, []any) {
+	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session}
+	args := make([]any, 0, len(c.ids)+1)
+	for _, id := range c.ids {
+		args = append(args, id)
+	}
+	if shape.timeout {
+		args = append(args, lockTimeoutSetting(c.timeout))
+	}
+	if s, ok := statementCache.Load(shape); ok {
+		return s.(string), args
+	}
+	s := buildLockStatement(shape)
+	statementCache.Store(shape, s)
+	return s, args
+}
+
+func buildLockStatement(s statementShape) string {
+	fn := "pg_"
+	if !s.wait {
+		fn += "try_"
+	}
+	fn += "advisory_"
+	if !s.session {
+		fn += "xact_"
+	}
+	fn += "lock"
+	if s.shared {
+		fn += "_shared"
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i := 1; i <= s.n; i++ {
+		if i > 1 {
+			b.WriteString(" AND ")
+		}
+		b.WriteString(fn)
+		b.WriteString("($")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(")")
+		if s.wait {
+			b.WriteString("::text = ''") // the waiting functions return void
+		}
+	}
+	b.WriteString(", pg_is_in_recovery()")
+	if s.session {
+		b.WriteString(", pg_backend_pid()")
+	}
+	if s.timeout {
+		b.WriteString(" FROM (SELECT set_config('lock_timeout', $")
+		b.WriteString(strconv.Itoa(s.n + 1))
+		b.WriteString(", true)) AS lock_timeout")
+	}
+	return b.String()
+}
+
+// lockTimeoutSetting renders d as a lock_timeout value in whole milliseconds,
+// rounding up so that a positive timeout never becomes 0 (no limit).
+func lockTimeoutSetting(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatInt(int64(ms), 10) + "ms"
+}
+
+// unlockStatement releases a session lock set; it returns how many of the
+// locks were held (every unlock is evaluated, none short-circuits).
+func (c *config) unlockStatement() (string, []any) {
+	fn := "pg_advisory_unlock"
+	if c.shared {
+		fn += "_shared"
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	args := make([]any, len(c.ids))
+	for i, id := range c.ids {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		args[i] = id
+		b.WriteString(fn)
+		b.WriteString("($")
+		b.WriteString(strconv.Itoa(i + 1))
+		b.WriteString(")::int")
+	}
+	return b.String(), args
+}
+
+// heldStatement counts how many of the call's keys this backend holds.
+func (c *config) heldStatement() (string, []any) {
+	var b strings.Builder
+	b.WriteString(`SELECT count(DISTINCT (classid::bigint << 32) | objid::bigint) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()
+  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+  AND ((classid::bigint << 32) | objid::bigint) IN (`)
+	args := make([]any, len(c.ids))
+	for i, id := range c.ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		args[i] = id
+		b.WriteString("$")
+		b.WriteString(strconv.Itoa(i + 1))
+	}
+	b.WriteString(")")
+	return b.String(), args
+}

@@ -1,0 +1,103 @@
+package pgadvisory
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// EventKind says what happened to a lock.
+type EventKind int
+
+// The events a call reports to its observer, in order: Acquired or Contended
+// first, then Released once the transaction (or session) ends. Error is
+// reported for any failure other than contention.
+const (
+	// EventAcquired: the locks were granted. Event.Wait is the time from the
+	// start of the call until the grant (it includes the round trip).
+	EventAcquired EventKind = iota + 1
+	// EventContended: another session holds a lock (ErrLocked) or the wait
+	// timed out (ErrLockTimeout). Event.Err says which.
+	EventContended
+	// EventReleased: the transaction committed or rolled back, or the session
+	// lock was released. Event.Held is the time the locks were held and
+	// Event.Err the call's error, if any.
+	EventReleased
+	// EventError: the call failed for a reason other than contention.
+	EventError
+)
+
+// String returns the event kind's name: "acquired", "contended", "released"
+// or "error".
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquired"
+	case EventContended:
+		return "contended"
+	case EventReleased:
+		return "released"
+	case EventError:
+		return "error"
+	}
+	return "unknown"
+}
+
+// Event is what an observer (see [WithObserver]) receives.
+type Event struct {
+	Kind    EventKind
+	Name    string  // declared lock name, if the call came through a [Lock]
+	LockIDs []int64 // the call's lock IDs, ascending
+	Shared  bool    // shared mode
+	Session bool    // a session lock rather than a transaction lock
+	Wait    time.Duration
+	Held    time.Duration
+	Err     error
+}
+
+// SlogObserver returns an observer that logs each event to logger: acquired
+// and released at Debug, contended at Info, errors at Error.
+func SlogObserver(logger *slog.Logger) func(Event) {
+	return func(e Event) {
+		level := slog.LevelDebug
+		switch e.Kind {
+		case EventContended:
+			level = slog.LevelInfo
+		case EventError:
+			level = slog.LevelError
+		case EventReleased:
+			if e.Err != nil {
+				level = slog.LevelWarn
+			}
+		}
+		ctx := context.Background()
+		if !logger.Enabled(ctx, level) {
+			return
+		}
+		attrs := make([]slog.Attr, 0, 7)
+		if e.Name != "" {
+			attrs = append(attrs, slog.String("lock", e.Name))
+		}
+		if len(e.LockIDs) == 1 {
+			attrs = append(attrs, slog.Int64("lock_id", e.LockIDs[0]))
+		} else {
+			attrs = append(attrs, slog.Any("lock_ids", e.LockIDs))
+		}
+		if e.Shared {
+			attrs = append(attrs, slog.Bool("shared", true))
+		}
+		if e.Session {
+			attrs = append(attrs, slog.Bool("session", true))
+		}
+		switch e.Kind {
+		case EventAcquired:
+			attrs = append(attrs, slog.Duration("wait", e.Wait))
+		case EventReleased:
+			attrs = append(attrs, slog.Duration("held", e.Held))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.String("error", e.Err.Error()))
+		}
+		logger.LogAttrs(ctx, level, "pgadvisory: lock "+e.Kind.String(), attrs...)
+	}
+}

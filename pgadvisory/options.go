@@ -1,0 +1,154 @@
+package pgadvisory
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Option adjusts one call of RunExclusive, RunExclusivePgx, RunSession or
+// RunSessionPgx. Options are applied in order; a later one wins.
+type Option func(*config)
+
+// config is the resolved form of a call's options.
+type config struct {
+	ids      []int64 // sorted, deduplicated
+	name     string
+	shared   bool
+	wait     bool
+	timeout  time.Duration // with wait: 0 means until ctx is done
+	readOnly bool
+	observer func(Event)
+	interval time.Duration // session locks: liveness check period
+	session  bool
+	err      error // first invalid option
+}
+
+// WithWait makes the call wait for the lock instead of giving up at once.
+// The server enforces timeout with SET LOCAL lock_timeout, so an expired
+// wait returns [ErrLockTimeout]; a timeout of 0 waits until ctx is done.
+// Several locks are taken in ascending ID order, so callers that wait for
+// overlapping sets cannot deadlock each other.
+func WithWait(timeout time.Duration) Option {
+	return func(c *config) {
+		if timeout < 0 {
+			c.setErr(fmt.Errorf("WithWait: negative timeout %v", timeout))
+			return
+		}
+		c.wait, c.timeout = true, timeout
+	}
+}
+
+// WithShared takes the locks in shared (reader) mode: shared holders exclude
+// exclusive holders but not each other.
+func WithShared() Option {
+	return func(c *config) { c.shared = true }
+}
+
+// WithLocks adds more lock IDs to the call; all of them are taken in one
+// statement, in ascending order, or none is. Duplicates are ignored.
+func WithLocks(ids ...int64) Option {
+	return func(c *config) { c.ids = append(c.ids, ids...) }
+}
+
+// WithTxOptions sets the transaction options for the database/sql and pgx
+// front doors alike. Only the default isolation level and
+// [sql.LevelReadCommitted] are accepted (others return [ErrIsolationLevel]):
+// the lock transaction always runs at READ COMMITTED. ReadOnly is honoured.
+func WithTxOptions(opts sql.TxOptions) Option {
+	return func(c *config) {
+		switch opts.Isolation {
+		case sql.LevelDefault, sql.LevelReadCommitted:
+		default:
+			c.setErr(fmt.Errorf("%w (asked for %v)", ErrIsolationLevel, opts.Isolation))
+			return
+		}
+		c.readOnly = opts.ReadOnly
+	}
+}
+
+// WithPgxTxOptions is [WithTxOptions] in pgx's terms. IsoLevel must be empty
+// or [pgx.ReadCommitted]; BeginQuery is not supported.
+func WithPgxTxOptions(opts pgx.TxOptions) Option {
+	return func(c *config) {
+		switch opts.IsoLevel {
+		case "", pgx.ReadCommitted:
+		default:
+			c.setErr(fmt.Errorf("%w (asked for %s)", ErrIsolationLevel, opts.IsoLevel))
+			return
+		}
+		if opts.BeginQuery != "" {
+			c.setErr(fmt.Errorf("%w: WithPgxTxOptions: BeginQuery is not supported", ErrInvalidArgument))
+			return
+		}
+		c.readOnly = opts.AccessMode == pgx.ReadOnly
+	}
+}
+
+// WithObserver calls observe for every lock event of the call: acquired,
+// contended, released and errors. observe runs synchronously on the calling
+// goroutine and must be quick. See [SlogObserver].
+func WithObserver(observe func(Event)) Option {
+	return func(c *config) { c.observer = observe }
+}
+
+// WithCheckInterval sets how often a session lock ([RunSession],
+// [RunSessionPgx]) checks that its connection is alive and still holds the
+// lock. The work's context is canceled within about one interval of a loss.
+// The default is 1s.
+func WithCheckInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.setErr(fmt.Errorf("WithCheckInterval: interval must be positive, got %v", d))
+			return
+		}
+		c.interval = d
+	}
+}
+
+// withName records the declared name of a [Lock] for errors and events.
+func withName(name string) Option {
+	return func(c *config) { c.name = name }
+}
+
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+const defaultCheckInterval = time.Second
+
+// newConfig resolves the options of a call on lockID.
+func newConfig(lockID int64, opts []Option) (*config, error) {
+	c := &config{ids: []int64{lockID}, interval: defaultCheckInterval}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		opt(c)
+	}
+	if c.err != nil {
+		return nil, c.invalid("options", c.err)
+	}
+	if len(c.ids) > 1 {
+		slices.Sort(c.ids)
+		c.ids = slices.Compact(c.ids)
+	}
+	return c, nil
+}
+
+func (c *config) invalid(op string, err error) error {
+	e := &Error{Op: op, Err: err}
+	if c != nil {
+		e.LockIDs, e.Name = c.ids, c.name
+	}
+	if !errors.Is(err, ErrIsolationLevel) && !errors.Is(err, ErrInvalidArgument) {
+		e.Kind = ErrInvalidArgument
+	}
+	return e
+}

@@ -1,0 +1,280 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// RunSession runs fn while holding the session-level advisory lock lockID,
+// for work that spans many transactions (leader election, long batch jobs).
+//
+// It takes one connection from db for the whole call and locks with
+// pg_try_advisory_lock (or waits, see [WithWait]). fn gets a context that is
+// canceled, with a cause wrapping [ErrLockLost], as soon as a periodic check
+// (see [WithCheckInterval]) finds that connection dead or the lock gone. The
+// lock is released when fn returns; if it cannot be released, the connection
+// is closed instead, which releases it on the server.
+//
+// Session locks must not go through a transaction-pooling proxy: PgBouncer in
+// pool_mode=transaction hands the server connection, and the lock with it,
+// to other clients. RunSession compares the backend pid the server reports
+// with the one announced when the connection was opened (a pooler announces
+// its own); a mismatch returns [ErrTransactionPooler] before any lock is
+// taken. The comparison needs the pgx stdlib driver; with other drivers the
+// check is skipped.
+//
+// fn's own database work uses other connections and is not covered by the
+// lock the way RunExclusive's transaction is: use fencing for correctness.
+func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.Context) error, opts ...Option) error {
+	c, err := newConfig(lockID, opts)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return c.invalid("begin", errors.New("nil *sql.DB"))
+	}
+	if fn == nil {
+		return c.invalid("begin", errors.New("nil fn"))
+	}
+	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &stdlibSession{conn: conn}, nil
+	}, fn)
+}
+
+// RunSessionPgx is [RunSession] for a pgx pool.
+func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(context.Context) error, opts ...Option) error {
+	c, err := newConfig(lockID, opts)
+	if err != nil {
+		return err
+	}
+	if pool == nil {
+		return c.invalid("begin", errors.New("nil *pgxpool.Pool"))
+	}
+	if fn == nil {
+		return c.invalid("begin", errors.New("nil fn"))
+	}
+	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &pgxSession{conn: conn}, nil
+	}, fn)
+}
+
+// sessionConn is a dedicated connection as the session protocol needs it.
+type sessionConn interface {
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	// announcedPID is the backend pid from the connection's startup
+	// (BackendKeyData), if the driver exposes it.
+	announcedPID() (uint32, bool)
+	// release returns the connection to its pool; discard closes it.
+	release()
+	discard()
+}
+
+// runSession is the session-lock protocol shared by both front doors.
+func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
+	c.session = true
+	if err := ctx.Err(); err != nil {
+		return c.failure(ctx, "begin", err)
+	}
+	start := time.Now()
+	conn, err := acquire(ctx)
+	if err != nil {
+		return c.failure(ctx, "begin", err)
+	}
+
+	// Refuse a pooler before taking anything: costs one round trip per call,
+	// which a long-lived session lock can afford.
+	var pid int32
+	var standby bool
+	if err := conn.queryRow(ctx, "SELECT pg_backend_pid(), pg_is_in_recovery()", nil, &pid, &standby); err != nil {
+		conn.discard()
+		return c.failure(ctx, "begin", err)
+	}
+	if announced, ok := conn.announcedPID(); ok && announced != uint32(pid) {
+		conn.release()
+		return c.failure(ctx, "begin", fmt.Errorf("%w (server pid %d, announced pid %d)", ErrTransactionPooler, pid, announced))
+	}
+	if standby {
+		conn.release()
+		return c.failure(ctx, "begin", ErrStandby)
+	}
+
+	query, args := c.lockStatement(true)
+	var granted bool
+	var lockPID int32
+	if err := conn.queryRow(ctx, query, args, &granted, &standby, &lockPID); err != nil {
+		// A failed statement may have left some locks of a set granted.
+		conn.discard()
+		return c.failure(ctx, "lock", err)
+	}
+	if lockPID != pid {
+		conn.discard()
+		return c.failure(ctx, "lock", fmt.Errorf("%w (backend changed from pid %d to %d)", ErrTransactionPooler, pid, lockPID))
+	}
+	if !granted {
+		if len(c.ids) > 1 {
+			// Some locks of the set may have been granted.
+			c.releaseSession(ctx, conn)
+		} else {
+			conn.release()
+		}
+		c.emit(Event{Kind: EventContended, Err: ErrLocked})
+		return ErrLocked
+	}
+	acquired := time.Now()
+	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+
+	workCtx, cancel := context.WithCancelCause(ctx)
+	w := &watcher{c: c, conn: conn, cancel: cancel, stop: make(chan struct{})}
+	w.wg.Add(1)
+	go w.watch(workCtx)
+
+	defer func() {
+		close(w.stop)
+		w.wg.Wait()
+		lost := w.lost
+		cancel(nil)
+		if lost != nil {
+			conn.discard()
+		} else {
+			c.releaseSession(ctx, conn)
+		}
+		if r := recover(); r != nil {
+			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errors.New("pgadvisory: fn panicked")})
+			panic(r)
+		}
+		if lost != nil {
+			err = &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, err)}
+		} else if err != nil || ctx.Err() != nil {
+			err = c.fnFailure(ctx, err)
+		}
+		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
+	}()
+	return fn(workCtx)
+}
+
+func joinErr(lost, fnErr error) error {
+	if fnErr == nil {
+		return lost
+	}
+	return fmt.Errorf("%w; fn returned: %w", lost, fnErr)
+}
+
+// releaseSession unlocks c's locks on conn and returns it to the pool; if
+// the unlock fails or finds a lock missing, conn is closed instead so that
+// nothing can stay locked on a pooled connection.
+func (c *config) releaseSession(ctx context.Context, conn sessionConn) {
+	rctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	query, args := c.unlockStatement()
+	var released int32
+	if err := conn.queryRow(rctx, query, args, &released); err != nil || int(released) != len(c.ids) {
+		conn.discard()
+		return
+	}
+	conn.release()
+}
+
+// watcher checks a session lock's connection until stopped.
+type watcher struct {
+	c      *config
+	conn   sessionConn
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	lost   error // set before wg.Done, read after wg.Wait
+}
+
+func (w *watcher) watch(ctx context.Context) {
+	defer w.wg.Done()
+	t := time.NewTicker(w.c.interval)
+	defer t.Stop()
+	query, args := w.c.heldStatement()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// The check must not outlive one interval, so that a half-open
+		// connection is noticed in bounded time.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.c.interval)
+		var held int64
+		err := w.conn.queryRow(cctx, query, args, &held)
+		cancel()
+		if err == nil && held != int64(len(w.c.ids)) {
+			err = fmt.Errorf("pgadvisory: backend holds %d of %d locks", held, len(w.c.ids))
+		}
+		if err != nil {
+			if kind := classify(err); kind != nil && kind != ErrConnLost {
+				err = fmt.Errorf("%w: %w", kind, err)
+			}
+			w.lost = err
+			cause := &Error{Op: "watch", LockIDs: w.c.ids, Name: w.c.name, SQLState: SQLState(err), Kind: ErrLockLost, Err: err}
+			w.c.emit(Event{Kind: EventError, Err: cause})
+			w.cancel(cause)
+			return
+		}
+	}
+}
+
+// stdlibSession is a database/sql connection held for a session lock.
+type stdlibSession struct{ conn *sql.Conn }
+
+func (s *stdlibSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (s *stdlibSession) announcedPID() (pid uint32, ok bool) {
+	_ = s.conn.Raw(func(dc any) error {
+		if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
+			pid, ok = pc.Conn().PgConn().PID(), true
+		}
+		return nil
+	})
+	return pid, ok
+}
+
+func (s *stdlibSession) release() { _ = s.conn.Close() }
+
+func (s *stdlibSession) discard() {
+	// Returning ErrBadConn from Raw makes database/sql close the connection.
+	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = s.conn.Close()
+}
+
+// pgxSession is a pgx pool connection held for a session lock.
+type pgxSession struct{ conn *pgxpool.Conn }
+
+func (s *pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.conn.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (s *pgxSession) announcedPID() (uint32, bool) {
+	return s.conn.Conn().PgConn().PID(), true
+}
+
+func (s *pgxSession) release() { s.conn.Release() }
+
+func (s *pgxSession) discard() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.conn.Hijack().Close(ctx)
+}

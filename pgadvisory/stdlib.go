@@ -1,0 +1,68 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+)
+
+// RunExclusive runs fn inside a transaction that holds the transaction-scoped
+// advisory lock lockID (pg_try_advisory_xact_lock), and commits fn's work and
+// releases the lock together.
+//
+// It begins a READ COMMITTED transaction and takes the lock in its own
+// statement, so fn's statements see everything the previous holder committed.
+// If the lock is held elsewhere it returns [ErrLocked] without calling fn. If
+// fn returns an error the transaction is rolled back and that error returned
+// (wrapped in an [*Error] when it has a known kind, such as [ErrDeadlock]). If
+// fn panics, the transaction is rolled back and the panic continues. If ctx is
+// done before or during the call, the error wraps ctx.Err() and nothing is
+// committed. Otherwise the transaction commits; a failed COMMIT is reported,
+// as [ErrCommitUnknown] when the connection broke during it.
+//
+// Round trips: BEGIN, the lock statement, COMMIT, as in a hand-written
+// version; options add none. [RunExclusivePgx] needs two.
+//
+// All writes that must be protected by the lock go through tx: work done on
+// other connections is not covered (see the fencing documentation).
+func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error, opts ...Option) error {
+	c, err := newConfig(lockID, opts)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return c.invalid("begin", errors.New("nil *sql.DB"))
+	}
+	if fn == nil {
+		return c.invalid("begin", errors.New("nil fn"))
+	}
+	d := &stdlibTx{db: db}
+	return run(ctx, c, d, func() error { return fn(d.tx) })
+}
+
+// stdlibTx runs the protocol over database/sql.
+type stdlibTx struct {
+	db *sql.DB
+	tx *sql.Tx
+}
+
+func (d *stdlibTx) begin(ctx context.Context, readOnly bool, query string, args []any) (bool, bool, error) {
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: readOnly})
+	if err != nil {
+		return false, false, err
+	}
+	var granted, standby bool
+	if err := tx.QueryRowContext(ctx, query, args...).Scan(&granted, &standby); err != nil {
+		_ = tx.Rollback()
+		return false, false, err
+	}
+	d.tx = tx
+	return granted, standby, nil
+}
+
+func (d *stdlibTx) commit(context.Context) error { return d.tx.Commit() }
+
+func (d *stdlibTx) rollback(context.Context) error { return d.tx.Rollback() }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
