@@ -14,6 +14,25 @@ import (
 type Lock struct {
 	Name string // declared name, e.g. "reports.daily_email"
 	ID   int64
+
+	// defaults are options declared with the lock (see With), applied
+	// before the options of each call. A pointer keeps Lock comparable.
+	defaults *[]Option
+}
+
+// With returns a copy of l whose methods apply opts before the options given
+// to each call, so call options win. Generated code uses it for per-lock
+// settings declared in locks.yaml (shared mode, waiting):
+//
+//	var ReportsRebuild = pgadvisory.Lock{Name: "reports.rebuild", ID: 42}.With(pgadvisory.WithWait(5 * time.Second))
+func (l Lock) With(opts ...Option) Lock {
+	merged := make([]Option, 0, len(opts)+2)
+	if l.defaults != nil {
+		merged = append(merged, *l.defaults...)
+	}
+	merged = append(merged, opts...)
+	l.defaults = &merged
+	return l
 }
 
 // String returns the lock's name and ID, e.g. "reports.daily_email(-6078806957557529815)".
@@ -41,9 +60,19 @@ func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(con
 	return RunSessionPgx(ctx, pool, l.ID, fn, l.named(opts)...)
 }
 
+// named prepends the lock's name and declared defaults to a call's options.
 func (l Lock) named(opts []Option) []Option {
-	if l.Name == "" {
+	if l.Name == "" && l.defaults == nil {
 		return opts
 	}
-	return append([]Option{withName(l.Name)}, opts...)
+	n := len(opts) + 1
+	if l.defaults != nil {
+		n += len(*l.defaults)
+	}
+	all := make([]Option, 0, n)
+	all = append(all, withName(l.Name))
+	if l.defaults != nil {
+		all = append(all, *l.defaults...)
+	}
+	return append(all, opts...)
 }
