@@ -1,0 +1,40 @@
+// Package migrations holds lockgen's SQL migrations for PostgreSQL, in goose
+// v3 format, embedded in [FS].
+//
+// They create the schema pgadvisory with two pure functions, the SQL twins of
+// package keyspace:
+//
+//   - pgadvisory.lock_id(name text, VARIADIC params text[] DEFAULT '{}')
+//     returns bigint, the same ID as keyspace.ParamID(name, params...):
+//     SELECT pgadvisory.lock_id('reports.daily_email') is -6078806957557529815,
+//     and SELECT pgadvisory.lock_id('billing.invoice', '42') is the ID of
+//     billing.invoice for tenant 42. Parameters are canonical text (see
+//     keyspace.Canonical). It does not validate the name, like ParamID. A
+//     NULL name, a NULL parameter or a multi-dimensional array returns NULL
+//     (never an ID equal to another tuple's); note that
+//     pg_advisory_lock(NULL) returns NULL without taking a lock.
+//   - pgadvisory.valid_lock_name(name text) returns boolean, true exactly
+//     when keyspace.ValidateName(name) accepts it.
+//
+// Both are IMMUTABLE, STRICT, PARALLEL SAFE, LANGUAGE sql, and work on
+// PostgreSQL 13 and later. USAGE on the schema is granted to PUBLIC. Down
+// drops the functions and the schema (without CASCADE).
+//
+// lockgen records them in its own goose version table,
+// public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
+// application's goose_db_version. The table lives outside the pgadvisory
+// schema so that it exists before the first migration and survives Down.
+//
+// Apply them with pgadvisory.Migrate, with a goose Provider on [FS], or with
+// the goose CLI from a checkout of the module:
+//
+//	goose -table public.pgadvisory_db_version -dir migrations postgres "$DATABASE_URL" up
+package migrations
+
+import "embed"
+
+// FS holds the migration files, named NNNNN_description.sql with goose's
+// -- +goose Up / Down annotations, at the root of the file system.
+//
+//go:embed *.sql
+var FS embed.FS
