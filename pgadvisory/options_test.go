@@ -1,0 +1,413 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// advisoryLocks counts advisory locks on keys in this package's database, as
+// pg_locks shows them to db's own (uninvolved) connection: granted ones, or
+// with granted=false the requests still waiting.
+func advisoryLocks(t *testing.T, db *sql.DB, granted bool, keys ...int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted = $2
+  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+  AND ((classid::bigint << 32) | objid::bigint) = ANY($1)`, keys, granted).Scan(&n))
+	return n
+}
+
+// noop is an fn that does nothing.
+func noop(txq) error { return nil }
+
+// TestOptionShared: shared holders coexist; an exclusive request is refused
+// while a shared lock is held, and a shared one while an exclusive is held.
+func TestOptionShared(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		key := testdb.Key(t)
+		shared := pgadvisory.WithShared()
+
+		require.NoError(t, inst.run(ctx, key, func(txq) error {
+			inner := false
+			require.NoError(t, inst.run(ctx, key, func(txq) error { inner = true; return nil }, shared),
+				"a second shared holder is admitted")
+			require.True(t, inner)
+			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop), "exclusive while shared is held")
+			return nil
+		}, shared))
+
+		require.NoError(t, inst.run(ctx, key, func(txq) error {
+			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop, shared), "shared while exclusive is held")
+			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop), "exclusive while exclusive is held")
+			return nil
+		}))
+
+		// Control: with nothing held both modes are granted.
+		require.NoError(t, inst.run(ctx, key, noop))
+		require.NoError(t, inst.run(ctx, key, noop, shared))
+	})
+}
+
+// TestOptionLocksAllOrNothing: when one lock of a WithLocks set is held
+// elsewhere the call returns ErrLocked and, once the loser's background
+// ROLLBACK is done, holds none of the others. Whichever position the busy
+// key takes in the ascending order, locks granted before it are not kept.
+func TestOptionLocksAllOrNothing(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		check := testdb.DB(t)
+		keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)} // ascending
+		for busy := range keys {
+			release := hold(t, inst, keys[busy], nil)
+			require.Equal(t, 1, advisoryLocks(t, check, true, keys[busy]), "checker sees the held lock")
+
+			called := false
+			err := inst.run(ctx, keys[0], func(txq) error { called = true; return nil }, pgadvisory.WithLocks(keys[1:]...))
+			require.Equal(t, pgadvisory.ErrLocked, err, "busy key #%d", busy)
+			require.False(t, called)
+
+			others := make([]int64, 0, 2)
+			for i, k := range keys {
+				if i != busy {
+					others = append(others, k)
+				}
+			}
+			require.Eventually(t, func() bool { return advisoryLocks(t, check, true, others...) == 0 },
+				10*time.Second, 5*time.Millisecond, "busy key #%d: the other locks of the set must not stay held", busy)
+			require.Equal(t, 1, advisoryLocks(t, check, true, keys...), "only the holder's lock remains")
+			require.NoError(t, release())
+		}
+
+		// With nothing held, the whole set is granted together.
+		require.NoError(t, inst.run(ctx, keys[2], func(txq) error {
+			require.Equal(t, 3, advisoryLocks(t, check, true, keys...))
+			return nil
+		}, pgadvisory.WithLocks(keys[1], keys[0])))
+		require.Eventually(t, func() bool { return advisoryLocks(t, check, true, keys...) == 0 },
+			10*time.Second, 5*time.Millisecond)
+	})
+}
+
+// TestOptionLocksDuplicates: repeated IDs are taken once; the call's lock set
+// (as observers and errors report it) is sorted and free of duplicates.
+func TestOptionLocksDuplicates(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		check := testdb.DB(t)
+		a, b := testdb.Key(t), testdb.Key(t)
+		var events []pgadvisory.Event
+		observe := pgadvisory.WithObserver(func(e pgadvisory.Event) { events = append(events, e) })
+
+		require.NoError(t, inst.run(ctx, b, func(txq) error {
+			require.Equal(t, 2, advisoryLocks(t, check, true, a, b))
+			return nil
+		}, pgadvisory.WithLocks(a, b, a, b, b), observe))
+		require.NotEmpty(t, events)
+		for _, e := range events {
+			require.Equal(t, []int64{a, b}, e.LockIDs)
+		}
+
+		release := hold(t, inst, a, nil)
+		err := inst.run(ctx, b, noop, pgadvisory.WithLocks(b, a, a), pgadvisory.WithWait(20*time.Millisecond))
+		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+		var pe *pgadvisory.Error
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, []int64{a, b}, pe.LockIDs)
+		require.NoError(t, release())
+	})
+}
+
+// TestOptionWaitZero: WithWait(0) waits (no time limit) until the holder
+// commits, and then sees the holder's committed write.
+func TestOptionWaitZero(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		check := testdb.DB(t)
+		table := newLedger(t, check)
+		key := testdb.Key(t)
+
+		release := hold(t, inst, key, func(q txq) error {
+			return q.exec(ctx, "INSERT INTO "+table+" (seq) VALUES (1)")
+		})
+		done := make(chan error, 1)
+		var seen int
+		go func() {
+			done <- inst.run(ctx, key, func(q txq) error {
+				return q.queryRow(ctx, "SELECT count(*) FROM "+table).Scan(&seen)
+			}, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return advisoryLocks(t, check, false, key) == 1 },
+			10*time.Second, 5*time.Millisecond, "the second call waits on the server")
+		select {
+		case err := <-done:
+			t.Fatalf("WithWait(0) returned while the lock was held: %v", err)
+		default:
+		}
+		require.NoError(t, release())
+		require.NoError(t, <-done)
+		require.Equal(t, 1, seen, "the waiter sees the holder's committed row")
+	})
+}
+
+// TestOptionWaitTimeout: WithWait(d) while the lock is held returns
+// ErrLockTimeout in an *Error carrying SQLSTATE 55P03 and the server's
+// error; fn is not called; the holder is unaffected; and lock_timeout does
+// not leak to the pooled connection (the instance has a single one).
+func TestOptionWaitTimeout(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		holder := door.open(t, 0)
+		waiter := door.open(t, 1)
+		key := testdb.Key(t)
+		release := hold(t, holder, key, nil)
+
+		called := false
+		err := waiter.run(ctx, key, func(txq) error { called = true; return nil }, pgadvisory.WithWait(30*time.Millisecond))
+		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+		require.False(t, called, "fn must not run after a timeout")
+		var pe *pgadvisory.Error
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, "55P03", pe.SQLState)
+		require.Equal(t, "lock", pe.Op)
+		require.Equal(t, []int64{key}, pe.LockIDs)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "55P03", pgErr.Code)
+
+		require.NoError(t, release(), "the holder commits normally")
+
+		// The same (only) connection: no lock_timeout left behind.
+		var setting string
+		require.NoError(t, waiter.run(ctx, key, func(q txq) error {
+			return q.queryRow(ctx, "SHOW lock_timeout").Scan(&setting)
+		}))
+		require.Equal(t, "0", setting)
+	})
+}
+
+// TestOptionReadOnly: read-only transaction options reach the server; a write
+// inside fn fails with 25006. The control without the option writes.
+func TestOptionReadOnly(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		check := testdb.DB(t)
+		table := newLedger(t, check)
+		key := testdb.Key(t)
+		insert := func(q txq) error { return q.exec(ctx, "INSERT INTO "+table+" (seq) VALUES (1)") }
+
+		readOnly := []pgadvisory.Option{
+			pgadvisory.WithTxOptions(sql.TxOptions{ReadOnly: true}),
+			pgadvisory.WithPgxTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly}),
+		}
+		for _, opt := range readOnly {
+			err := inst.run(ctx, key, insert, opt)
+			require.Error(t, err)
+			require.Equal(t, "25006", pgadvisory.SQLState(err), "%v", err)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+		}
+		require.Zero(t, readLedger(t, check, table).rows)
+
+		require.NoError(t, inst.run(ctx, key, insert, pgadvisory.WithTxOptions(sql.TxOptions{})))
+		require.EqualValues(t, 1, readLedger(t, check, table).rows)
+	})
+}
+
+// TestOptionInvalidArguments: bad options and nil arguments return
+// ErrInvalidArgument from every entry point, never a panic, and never call
+// fn.
+func TestOptionInvalidArguments(t *testing.T) {
+	ctx := testCtx(t)
+	db := testdb.DB(t)
+	pool := testdb.Pool(t)
+	key := testdb.Key(t)
+	lock := pgadvisory.Lock{Name: "tests.invalid", ID: key}
+
+	called := false
+	txFn := func(*sql.Tx) error { called = true; return nil }
+	pgxFn := func(pgx.Tx) error { called = true; return nil }
+	sessFn := func(context.Context) error { called = true; return nil }
+	var (
+		nilDB     *sql.DB
+		nilPool   *pgxpool.Pool
+		nilTxFn   func(*sql.Tx) error
+		nilPgxFn  func(pgx.Tx) error
+		nilSessFn func(context.Context) error
+	)
+
+	badOptions := map[string]pgadvisory.Option{
+		"WithWait(-1s)":          pgadvisory.WithWait(-time.Second),
+		"WithCheckInterval(-1s)": pgadvisory.WithCheckInterval(-time.Second),
+		"WithCheckInterval(0)":   pgadvisory.WithCheckInterval(0),
+	}
+	calls := map[string]func() error{
+		"RunExclusive nil db":       func() error { return pgadvisory.RunExclusive(ctx, nilDB, key, txFn) },
+		"RunExclusive nil fn":       func() error { return pgadvisory.RunExclusive(ctx, db, key, nilTxFn) },
+		"RunExclusivePgx nil pool":  func() error { return pgadvisory.RunExclusivePgx(ctx, nilPool, key, pgxFn) },
+		"RunExclusivePgx nil fn":    func() error { return pgadvisory.RunExclusivePgx(ctx, pool, key, nilPgxFn) },
+		"RunSession nil db":         func() error { return pgadvisory.RunSession(ctx, nilDB, key, sessFn) },
+		"RunSession nil fn":         func() error { return pgadvisory.RunSession(ctx, db, key, nilSessFn) },
+		"RunSessionPgx nil pool":    func() error { return pgadvisory.RunSessionPgx(ctx, nilPool, key, sessFn) },
+		"RunSessionPgx nil fn":      func() error { return pgadvisory.RunSessionPgx(ctx, pool, key, nilSessFn) },
+		"Lock.RunExclusive nil db":  func() error { return lock.RunExclusive(ctx, nilDB, txFn) },
+		"Lock.RunExclusivePgx nil":  func() error { return lock.RunExclusivePgx(ctx, nilPool, nilPgxFn) },
+		"Lock.RunSession nil fn":    func() error { return lock.RunSession(ctx, db, nilSessFn) },
+		"Lock.RunSessionPgx nil db": func() error { return lock.RunSessionPgx(ctx, nilPool, sessFn) },
+	}
+	for name, opt := range badOptions {
+		calls["RunExclusive "+name] = func() error { return pgadvisory.RunExclusive(ctx, db, key, txFn, opt) }
+		calls["RunExclusivePgx "+name] = func() error { return pgadvisory.RunExclusivePgx(ctx, pool, key, pgxFn, opt) }
+		calls["RunSession "+name] = func() error { return pgadvisory.RunSession(ctx, db, key, sessFn, opt) }
+		calls["RunSessionPgx "+name] = func() error { return pgadvisory.RunSessionPgx(ctx, pool, key, sessFn, opt) }
+	}
+	for name, call := range calls {
+		var err error
+		require.NotPanics(t, func() { err = call() }, name)
+		require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument, name)
+		var pe *pgadvisory.Error
+		require.ErrorAs(t, err, &pe, name)
+		require.False(t, called, "%s: fn must not run", name)
+	}
+
+	// Control: valid arguments on the same handles do run fn.
+	require.NoError(t, pgadvisory.RunExclusive(ctx, db, key, txFn, pgadvisory.WithWait(time.Second)))
+	require.True(t, called)
+}
+
+// TestLockNameInErrors: errors from Lock.RunExclusive and
+// Lock.RunExclusivePgx carry the lock's declared name in *Error.Name and in
+// the message.
+func TestLockNameInErrors(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		lock := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
+		release := hold(t, inst, lock.ID, nil)
+
+		err := inst.runLock(ctx, lock, noop, pgadvisory.WithWait(20*time.Millisecond))
+		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+		var pe *pgadvisory.Error
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, lock.Name, pe.Name)
+		require.Contains(t, err.Error(), lock.Name)
+		require.Contains(t, err.Error(), strconv.FormatInt(lock.ID, 10))
+
+		// Control: the same call by ID alone carries no name.
+		err = inst.run(ctx, lock.ID, noop, pgadvisory.WithWait(20*time.Millisecond))
+		require.ErrorAs(t, err, &pe)
+		require.Empty(t, pe.Name)
+		require.False(t, strings.Contains(err.Error(), lock.Name))
+
+		require.NoError(t, release())
+		require.NoError(t, inst.runLock(ctx, lock, noop))
+	})
+}
+
+// TestOptionLocksDeadlockFree: two groups wait for the same two locks named
+// in opposite orders. WithLocks sorts the set, so no call ever deadlocks.
+func TestOptionLocksDeadlockFree(t *testing.T) {
+	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+		ctx := testCtx(t)
+		inst := door.open(t, 0)
+		a, b := testdb.Key(t), testdb.Key(t)
+		const perGroup, iters = 2, 12
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			errs []error
+		)
+		start := make(chan struct{})
+		for g := range 2 * perGroup {
+			first, second := a, b
+			if g%2 == 1 {
+				first, second = b, a
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for range iters {
+					err := inst.run(ctx, first, func(txq) error { time.Sleep(time.Millisecond); return nil },
+						pgadvisory.WithLocks(second), pgadvisory.WithWait(30*time.Second))
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			require.NotErrorIs(t, err, pgadvisory.ErrDeadlock)
+		}
+		require.Empty(t, errs)
+	})
+}
+
+// TestOptionLocksDeadlockControl: hand-written transactions taking the same
+// two locks in opposite orders do deadlock (40P01), which is what the sorted
+// order above prevents. One attempt: detection takes deadlock_timeout (1s).
+func TestOptionLocksDeadlockControl(t *testing.T) {
+	ctx := testCtx(t)
+	db := testdb.DB(t)
+	a, b := testdb.Key(t), testdb.Key(t)
+	var firstTaken, wg sync.WaitGroup
+	firstTaken.Add(2)
+	errs := make([]error, 2)
+	for i, order := range [][2]int64{{a, b}, {b, a}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = func() error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					firstTaken.Done()
+					return err
+				}
+				defer func() { _ = tx.Rollback() }()
+				_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", order[0])
+				firstTaken.Done()
+				if err != nil {
+					return err
+				}
+				firstTaken.Wait() // both hold their first lock
+				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", order[1]); err != nil {
+					return err
+				}
+				return tx.Commit()
+			}()
+		}()
+	}
+	wg.Wait()
+	deadlocks := 0
+	for _, err := range errs {
+		if err != nil {
+			require.Equal(t, "40P01", pgadvisory.SQLState(err), "%v", err)
+			deadlocks++
+		}
+	}
+	require.Equal(t, 1, deadlocks, "opposite lock orders must deadlock: %v", errors.Join(errs...))
+}
