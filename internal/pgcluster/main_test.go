@@ -1,0 +1,9 @@
+package pgcluster_test
+
+import (
+	"testing"
+
+	"github.com/lockgen/lockgen/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
