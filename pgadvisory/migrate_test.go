@@ -17,6 +17,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/pgcluster"
 	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/migrations"
@@ -240,6 +241,27 @@ func TestMigrateDownKeepsForeignObjects(t *testing.T) {
 
 	_, err = db.Exec(`DROP TABLE pgadvisory.not_lockgens`)
 	require.NoError(t, err)
+}
+
+// TestMigrateRefusesTransactionPooler: through PgBouncer in transaction mode
+// the session lock would leak, so Migrate refuses before touching anything.
+// The control is every other test here, which migrates over a direct
+// connection with the same code.
+func TestMigrateRefusesTransactionPooler(t *testing.T) {
+	db := testdb.DB(t)
+	freshMigrationState(t, db)
+	url := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction")
+	bounced, err := sql.Open("pgx", url+"&default_query_exec_mode=simple_protocol")
+	require.NoError(t, err)
+	defer bounced.Close()
+
+	err = pgadvisory.Migrate(context.Background(), bounced)
+	require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
+	require.True(t, strings.HasPrefix(err.Error(), "pgadvisory: migrate: "), err.Error())
+	require.False(t, schemaExists(t, db))
+	var table bool
+	require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, pgadvisory.MigrationTable).Scan(&table))
+	require.False(t, table, "not even the version table may be created")
 }
 
 // readVectors reads keyspace's published vectors, the same file its Go test
