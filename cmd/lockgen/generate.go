@@ -1,0 +1,73 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/lockgen/lockgen/internal/gogen"
+)
+
+var generateCmd = &command{
+	name: "generate",
+	help: `usage: lockgen generate [-f file]
+
+Generate reads the declarations file and writes the Go file it names
+(output:, by default <file>_gen.go next to it). The file is replaced
+atomically and left untouched when nothing changed; when the declarations
+have any problem, all of them are printed and nothing is written.
+
+Generate refuses to drop or re-key a lock it emitted before unless the
+declarations say what is meant: renamed_from with on_rename, retired, or
+on_id_change. From go generate:
+
+	//go:generate go tool lockgen generate
+`,
+	flags: fileFlag,
+	run: func(c *cli, fs *flag.FlagSet) int {
+		if fs.NArg() > 0 {
+			return c.usageError("generate", "unexpected argument %q", fs.Arg(0))
+		}
+		r, err := gogen.Load(c.file)
+		if err != nil {
+			return c.fail(err)
+		}
+		if _, err := gogen.WriteFile(r.OutPath, r.Src); err != nil {
+			return c.fail(err)
+		}
+		return exitOK
+	},
+}
+
+var checkCmd = &command{
+	name: "check",
+	help: `usage: lockgen check [-f file]
+
+Check generates in memory and compares with the file on disk. When the file
+is stale or missing it prints a unified diff (the changes generate would
+make) and exits with status 1; when it is up to date it exits with 0. Run it
+in CI, e.g.:
+
+	go run github.com/lockgen/lockgen/cmd/lockgen check -f examples/locks/locks.yaml
+`,
+	flags: fileFlag,
+	run: func(c *cli, fs *flag.FlagSet) int {
+		if fs.NArg() > 0 {
+			return c.usageError("check", "unexpected argument %q", fs.Arg(0))
+		}
+		r, err := gogen.Load(c.file)
+		if err != nil {
+			return c.fail(err)
+		}
+		if r.Fresh() {
+			return exitOK
+		}
+		old := r.OutPath
+		state := "stale"
+		if !r.Exists {
+			old, state = "/dev/null", "missing"
+		}
+		c.stdout.Write(gogen.Diff(old, r.OutPath+" (generated)", r.Current, r.Src))
+		fmt.Fprintf(c.stderr, "lockgen: %s is %s: run lockgen generate -f %s\n", r.OutPath, state, c.file)
+		return exitFail
+	},
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/lockgen/lockgen/internal/decl"
+	"github.com/lockgen/lockgen/internal/gogen"
+	"github.com/lockgen/lockgen/keyspace"
+)
+
+var listCmd = &command{
+	name: "list",
+	help: `usage: lockgen list [-f file]
+
+List prints every declared lock, sorted by name: its parameters, its ID
+(for plain locks; parameterized locks have one ID per parameter value) and
+its declared options.
+`,
+	flags: fileFlag,
+	run: func(c *cli, fs *flag.FlagSet) int {
+		if fs.NArg() > 0 {
+			return c.usageError("list", "unexpected argument %q", fs.Arg(0))
+		}
+		r, err := gogen.Load(c.file)
+		if err != nil {
+			return c.fail(err)
+		}
+		locks := slices.Clone(r.File.Locks)
+		slices.SortFunc(locks, func(a, b *decl.Lock) int { return cmp.Compare(a.Name, b.Name) })
+		tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tPARAMS\tID\tOPTIONS")
+		for _, l := range locks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Name, paramList(l), idText(l), optionsText(l))
+		}
+		tw.Flush()
+		return exitOK
+	},
+}
+
+func paramList(l *decl.Lock) string {
+	if l.Plain() {
+		return "-"
+	}
+	ps := make([]string, len(l.Params))
+	for i, p := range l.Params {
+		ps[i] = p.Name + " " + string(p.Type)
+	}
+	return strings.Join(ps, ", ")
+}
+
+func idText(l *decl.Lock) string {
+	switch {
+	case !l.Plain():
+		return "per value"
+	case l.HasPin:
+		return strconv.FormatInt(l.ID, 10) + " (pinned)"
+	case l.Pinned:
+		return strconv.FormatInt(l.ID, 10) + " (kept from " + l.RenamedFrom + ")"
+	}
+	return strconv.FormatInt(l.ID, 10)
+}
+
+func optionsText(l *decl.Lock) string {
+	var opts []string
+	if l.Shared {
+		opts = append(opts, "shared")
+	}
+	if l.HasWait {
+		opts = append(opts, "wait "+l.Wait.String())
+	}
+	if len(opts) == 0 {
+		return "-"
+	}
+	return strings.Join(opts, ", ")
+}
+
+var idCmd = &command{
+	name: "id",
+	help: `usage: lockgen id [-f file] NAME [PARAM...]
+
+Id prints the decimal advisory-lock ID of the lock NAME with the given
+parameter values (keyspace.ParamID). Without -f the values are taken as
+canonical text: int64 in decimal, uuid in lowercase hyphenated form, bool as
+true or false, strings as they are. With -f, NAME must be declared in the
+file: its declared parameter types canonicalize the values ("+042" becomes
+"42") and a pinned or kept ID is printed as declared. Flags go before NAME.
+`,
+	flags: fileFlag,
+	run: func(c *cli, fs *flag.FlagSet) int {
+		args := fs.Args()
+		if len(args) == 0 {
+			return c.usageError("id", "missing lock NAME")
+		}
+		name, params := args[0], args[1:]
+		if err := keyspace.ValidateName(name); err != nil {
+			var ne *keyspace.NameError
+			if errors.As(err, &ne) {
+				return c.usageError("id", "invalid lock name %q: %s (at byte %d)", name, ne.Reason, ne.Offset)
+			}
+			return c.usageError("id", "%v", err)
+		}
+		fileSet := false
+		fs.Visit(func(f *flag.Flag) { fileSet = fileSet || f.Name == "f" })
+		if !fileSet {
+			fmt.Fprintln(c.stdout, keyspace.ParamID(name, params...))
+			return exitOK
+		}
+		r, err := gogen.Load(c.file)
+		if err != nil {
+			return c.fail(err)
+		}
+		l := r.File.Lookup(name)
+		switch {
+		case l == nil:
+			return c.usageError("id", "lock %q is not declared in %s", name, c.file)
+		case len(params) != len(l.Params):
+			want := "no parameters"
+			if !l.Plain() {
+				want = fmt.Sprintf("%d parameter(s): %s", len(l.Params), paramList(l))
+			}
+			return c.usageError("id", "lock %q takes %s; got %d", name, want, len(params))
+		case l.Plain():
+			fmt.Fprintln(c.stdout, l.ID)
+			return exitOK
+		}
+		canon := make([]string, len(params))
+		for i, p := range l.Params {
+			s, err := keyspace.Canonical(p.Type, params[i])
+			if err != nil {
+				return c.usageError("id", "parameter %s: %s", p.Name, strings.TrimPrefix(err.Error(), "keyspace: "))
+			}
+			canon[i] = s
+		}
+		fmt.Fprintln(c.stdout, keyspace.ParamID(name, canon...))
+		return exitOK
+	},
+}
