@@ -1,7 +1,6 @@
 package decl
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -102,8 +101,9 @@ func (c *checker) renames() {
 		if _, ok := c.retire[old]; ok {
 			c.add(l.RenamedFromPos, "lock %q is renamed_from %q, which is also retired; a lock is either renamed or retired", l.Name, old)
 		}
-		if e, ok := c.hist[old]; ok && l.OnRename == KeepID && !e.Plain() {
-			c.add(l.OnRenamePos, "on_rename: keep_id needs the old lock to be plain, but %q had parameters (%s): each parameter value had its own ID and there is no single ID to keep; use on_rename: new_id", old, typeList(e.Params))
+		// (A parameterized lock with keep_id was refused by Parse already.)
+		if e, ok := c.hist[old]; ok && l.OnRename == KeepID && l.Plain() && !e.Plain() {
+			c.add(l.OnRenamePos, "on_rename: keep_id needs the old lock to be plain, but %q had parameters %s: each parameter value had its own ID and there is no single ID to keep; use on_rename: new_id", old, typeList(e.Params))
 		}
 	}
 }
@@ -174,7 +174,7 @@ func (c *checker) history() {
 		if old.Plain() {
 			c.add(c.f.locksPos, "lock %q was emitted before and is now missing: if it was renamed, declare `renamed_from: %s` on the new lock with `on_rename: keep_id` (keeps the old ID, so old and new replicas exclude each other during a rolling deploy) or `on_rename: new_id` (accept a new ID; old and new replicas can run at once); if it was removed, list it under top-level `retired:`", name, name)
 		} else {
-			c.add(c.f.locksPos, "lock %q (parameters %s) was emitted before and is now missing: if it was renamed, declare `renamed_from: %s` with `on_rename: new_id` on the new lock (keep_id cannot apply: each parameter value had its own ID derived from the old name, so old and new replicas can run at once during a rolling deploy); if it was removed, list it under top-level `retired:`", name, typeList(old.Params), name)
+			c.add(c.f.locksPos, "lock %q, with parameters %s, was emitted before and is now missing: if it was renamed, declare `renamed_from: %s` with `on_rename: new_id` on the new lock (keep_id cannot apply: each parameter value had its own ID derived from the old name, so old and new replicas can run at once during a rolling deploy); if it was removed, list it under top-level `retired:`", name, typeList(old.Params), name)
 		}
 	}
 }
@@ -211,5 +211,5 @@ func typeList(ts []keyspace.ParamType) string {
 	for i, t := range ts {
 		s[i] = string(t)
 	}
-	return fmt.Sprintf("(%s)", strings.Join(s, ", "))
+	return "(" + strings.Join(s, ", ") + ")"
 }

@@ -66,6 +66,10 @@ func (e *emitter) header(f *decl.File, locks []*decl.Lock) {
 	e.p("")
 	e.p("package %s", f.Package)
 	e.p("")
+	if !needTime && !needKeyspace {
+		e.p("import %q", "github.com/lockgen/lockgen/pgadvisory")
+		return
+	}
 	e.p("import (")
 	if needTime {
 		e.p("\t%q", "time")
