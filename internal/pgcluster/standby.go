@@ -40,12 +40,12 @@ func (c *Cluster) createStandby(logf func(string, ...any)) (_ *Cluster, err erro
 	}()
 
 	// -R writes standby.signal and primary_conninfo; -c fast avoids waiting
-	// for a spread checkpoint; -N skips fsync. The copied postgresql.conf
-	// includes pgcluster.conf, which startServer rewrites with the
-	// standby's own port and socket directory.
+	// for a spread checkpoint; -N skips fsync; no manifest is needed. The
+	// copied postgresql.conf includes pgcluster.conf, which startServer
+	// rewrites with the standby's own port and socket directory.
 	source := fmt.Sprintf("host=%s port=%d user=%s", host, c.port, Superuser)
 	err = s.run.run(s.root, filepath.Join(s.bin, "pg_basebackup"), "-D", s.DataDir(), "-R",
-		"-X", "stream", "-c", "fast", "-N", "-d", source)
+		"-X", "stream", "-c", "fast", "-N", "--no-manifest", "-d", source)
 	if err != nil {
 		return nil, err
 	}

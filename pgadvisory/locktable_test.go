@@ -1,0 +1,116 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/pgcluster"
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// throwawayCluster is this package's one throwaway cluster (started on first
+// use, stopped when the test binary exits), used by the lock-table and
+// hot-standby tests. Its lock table is tiny, so filling it takes a few
+// hundred locks: max_locks_per_transaction × (max_connections + background
+// processes) slots, plus whatever spare shared memory the lock hash
+// borrows. A standby inherits these settings, as it must.
+func throwawayCluster(t *testing.T) *pgcluster.Cluster {
+	t.Helper()
+	return pgcluster.Shared(t, "pgadvisory",
+		pgcluster.WithSetting("max_locks_per_transaction", "10"),
+		pgcluster.WithSetting("max_connections", "20"))
+}
+
+// ltBatch is how many session locks ltFill asks for per statement.
+const ltBatch = 500
+
+// ltFill fills the server's shared lock table from conn with session-level
+// advisory locks (which, unlike transaction locks, stay held when their
+// statement fails) until the server answers 53200. The locks stay held until
+// conn releases them or closes.
+func ltFill(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for range 200 {
+		keys := make([]int64, ltBatch)
+		for i := range keys {
+			keys[i] = testdb.Key(t)
+		}
+		_, err := conn.Exec(context.Background(), "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
+		if err != nil {
+			require.Equal(t, "53200", pgadvisory.SQLState(err), "filling the lock table: %v", err)
+			return
+		}
+	}
+	t.Fatalf("the lock table took %d locks without filling up", 200*ltBatch)
+}
+
+func TestLockTableFull(t *testing.T) {
+	c := throwawayCluster(t)
+	ctx := t.Context()
+
+	// Both front doors get one connection each, opened now: with the table
+	// full, a new backend could not even connect (it needs a lock-table
+	// entry to attach to its database), and the point is the lock statement.
+	db, err := sql.Open("pgx", c.URL())
+	require.NoError(t, err)
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	cfg, err := pgxpool.ParseConfig(c.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	helper, err := pgx.Connect(ctx, c.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = helper.Close(context.Background()) }) // releases its locks
+
+	key := testdb.Key(t)
+	called := 0
+	doors := []struct {
+		name string
+		run  func() error
+	}{
+		{"RunExclusive", func() error {
+			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { called++; return nil })
+		}},
+		{"RunExclusivePgx", func() error {
+			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { called++; return nil })
+		}},
+	}
+
+	// Control: with room in the table both calls succeed (and the
+	// connections and statements are ready).
+	for _, d := range doors {
+		require.NoError(t, d.run(), d.name)
+	}
+	require.Equal(t, len(doors), called)
+
+	ltFill(t, helper)
+	called = 0
+	for _, d := range doors {
+		err := d.run()
+		require.ErrorIs(t, err, pgadvisory.ErrLockTableFull, d.name)
+		require.Equal(t, "53200", pgadvisory.SQLState(err), d.name)
+		var e *pgadvisory.Error
+		require.ErrorAs(t, err, &e, d.name)
+		require.Equal(t, "53200", e.SQLState, d.name)
+		require.Equal(t, "lock", e.Op, "%s: the lock statement, not the connection, hit the full table", d.name)
+		require.Equal(t, []int64{key}, e.LockIDs, d.name)
+	}
+	require.Zero(t, called, "fn must not run without the lock")
+
+	// Releasing the helper's locks makes room again.
+	_, err = helper.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+	require.NoError(t, err)
+	for _, d := range doors {
+		require.NoError(t, d.run(), d.name)
+	}
+	require.Equal(t, len(doors), called)
+}

@@ -1,0 +1,103 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// sbConn opens a pgx connection, closed when t ends.
+func sbConn(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// sbTry runs pg_try_advisory_xact_lock(key) on conn, the way a hand-written
+// lock would, and rolls back.
+func sbTry(t *testing.T, conn *pgx.Conn, key int64) bool {
+	t.Helper()
+	tx, err := conn.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var got bool
+	require.NoError(t, tx.QueryRow(t.Context(), "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&got))
+	return got
+}
+
+// sbLocks counts advisory locks on key held on conn's server.
+func sbLocks(t *testing.T, conn *pgx.Conn, key int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1
+  AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
+	return n
+}
+
+func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
+	primary := throwawayCluster(t)
+	standby := primary.StartStandby(t)
+	ctx := t.Context()
+	key := testdb.Key(t)
+
+	// The primary holds key.
+	holder := sbConn(t, primary.URL())
+	_, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = holder.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") })
+	require.False(t, sbTry(t, sbConn(t, primary.URL()), key), "control: on the primary the key is taken")
+
+	// The trap is real: on the standby a hand-written lock is "granted"
+	// while the primary holds the same key.
+	raw := sbConn(t, standby.URL())
+	require.True(t, sbTry(t, raw, key), "on the standby pg_try_advisory_xact_lock excludes nobody")
+
+	db, err := sql.Open("pgx", standby.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	pool, err := pgxpool.New(ctx, standby.URL())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	doors := []struct {
+		name string
+		run  func(called *bool) error
+	}{
+		{"RunExclusive", func(called *bool) error {
+			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { *called = true; return nil })
+		}},
+		{"RunExclusivePgx", func(called *bool) error {
+			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { *called = true; return nil })
+		}},
+		{"RunSession", func(called *bool) error {
+			return pgadvisory.RunSession(ctx, db, key, func(context.Context) error { *called = true; return nil })
+		}},
+		{"RunSessionPgx", func(called *bool) error {
+			return pgadvisory.RunSessionPgx(ctx, pool, key, func(context.Context) error { *called = true; return nil })
+		}},
+	}
+	for _, d := range doors {
+		t.Run(d.name, func(t *testing.T) {
+			called := false
+			err := d.run(&called)
+			require.ErrorIs(t, err, pgadvisory.ErrStandby)
+			require.False(t, called, "fn ran on a standby")
+			var e *pgadvisory.Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, []int64{key}, e.LockIDs)
+			// Nothing stays locked on the standby's connections.
+			require.Zero(t, sbLocks(t, raw, key))
+		})
+	}
+	require.Equal(t, 1, sbLocks(t, holder, key), "the primary still holds the key")
+}
