@@ -28,6 +28,7 @@ type Counter struct {
 	trips   int64
 	writes  int64
 	reads   int64
+	conns   int64
 	limit   int64 // with gated: round trips allowed to start
 	gated   bool
 	waiting int // writers held back by the gate
@@ -62,6 +63,9 @@ func (c *Counter) Dial(dial DialFunc) DialFunc {
 
 // Wrap returns nc with its round trips counted on c.
 func (c *Counter) Wrap(nc net.Conn) net.Conn {
+	c.mu.Lock()
+	c.conns++
+	c.mu.Unlock()
 	return &conn{Conn: nc, c: c, readSinceWrite: true}
 }
 
@@ -70,6 +74,13 @@ func (c *Counter) RoundTrips() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.trips
+}
+
+// Conns is the number of connections wrapped so far.
+func (c *Counter) Conns() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conns
 }
 
 // Stats returns the round trips, Write calls and non-empty Read calls so far.

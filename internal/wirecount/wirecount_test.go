@@ -56,6 +56,7 @@ func TestRoundTripsCountWriteBurstsAfterReads(t *testing.T) {
 	_, err = e.Write([]byte("x"))
 	require.NoError(t, err)
 	require.EqualValues(t, 5, c.RoundTrips(), "connections add up; the empty read joined two writes into one trip")
+	require.EqualValues(t, 2, c.Conns())
 }
 
 func TestGateHoldsBackTheNextRoundTrip(t *testing.T) {

@@ -1,0 +1,261 @@
+package pgadvisory_test
+
+// Round trips per call, counted on the wire (internal/wirecount): a round
+// trip starts whenever the client writes after having read from the server.
+// Every measured handle has ONE connection, so the statement cache warmed by
+// the first call is the one the measured calls use, and pool liveness pings
+// are turned off (they are pool policy, not this package's cost). Lock
+// holders use separate, uncounted connections.
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/wirecount"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// rtPool is a one-connection pgx pool whose round trips c counts.
+func rtPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
+	t.Helper()
+	return testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1
+		cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
+}
+
+// rtDB is a one-connection database/sql handle (pgx stdlib) whose round
+// trips c counts.
+func rtDB(t testing.TB, c *wirecount.Counter) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.DialFunc = c.Dial(cfg.DialFunc)
+	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.PingContext(context.Background()))
+	return db
+}
+
+// rtSteady warms op up (first use prepares its statements), then runs it
+// three times and requires each run to cost exactly want round trips.
+func rtSteady(t *testing.T, c *wirecount.Counter, want int64, op func() error) {
+	t.Helper()
+	require.NoError(t, op(), "warm-up")
+	for i := range 3 {
+		before := c.RoundTrips()
+		require.NoError(t, op())
+		require.Equal(t, want, c.RoundTrips()-before, "round trips of run %d", i)
+	}
+}
+
+// rtHold holds key exclusively on a separate, uncounted connection until t ends.
+func rtHold(t *testing.T, keys ...int64) {
+	t.Helper()
+	conn, err := testdb.Pool(t).Acquire(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	for _, k := range keys {
+		var ok bool
+		require.NoError(t, conn.QueryRow(context.Background(), "SELECT pg_try_advisory_lock($1)", k).Scan(&ok))
+		require.True(t, ok)
+	}
+}
+
+// rtLoser runs a call that loses the lock with the counter's gate letting
+// only n round trips start. It requires the call to return ErrLocked while
+// the gate holds the rest back (so the caller waited for at most n), and the
+// count at that moment to be exactly n. It then requires one more round trip
+// (the ROLLBACK) to be waiting at the gate, releases it and waits until the
+// connection is idle again.
+func rtLoser(t *testing.T, c *wirecount.Counter, n int64, idle func() bool, op func() error) {
+	t.Helper()
+	before := c.RoundTrips()
+	release := c.Gate(n)
+	t.Cleanup(release)
+	errc := make(chan error, 1)
+	go func() { errc <- op() }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(30 * time.Second):
+		release()
+		t.Fatalf("the losing call did not return within %d round trips: it needs more before returning (a synchronous ROLLBACK?)", n)
+	}
+	require.ErrorIs(t, err, pgadvisory.ErrLocked)
+	require.Equal(t, n, c.RoundTrips()-before, "round trips before the call returned")
+	require.Eventually(t, func() bool { return c.Waiting() == 1 }, 30*time.Second, time.Millisecond,
+		"the ROLLBACK should be under way in the background")
+	release()
+	require.Eventually(t, func() bool { return c.RoundTrips()-before == n+1 && idle() }, 30*time.Second, time.Millisecond,
+		"the background ROLLBACK should finish and return the connection")
+}
+
+func pgxIdle(pool *pgxpool.Pool) func() bool {
+	return func() bool { return pool.Stat().AcquiredConns() == 0 }
+}
+
+func sqlIdle(db *sql.DB) func() bool {
+	return func() bool { return db.Stats().InUse == 0 }
+}
+
+func TestRoundTripsControls(t *testing.T) {
+	ctx := context.Background()
+	c := wirecount.New()
+	db, pool := rtDB(t, c), rtPool(t, c)
+
+	t.Run("select1", func(t *testing.T) {
+		rtSteady(t, c, 1, func() error {
+			var n int
+			return pool.QueryRow(ctx, "SELECT 1").Scan(&n)
+		})
+	})
+	t.Run("bare_tx_stdlib", func(t *testing.T) {
+		rtSteady(t, c, 3, func() error { return bareTxStdlib(ctx, db) })
+	})
+	t.Run("bare_tx_pgx", func(t *testing.T) {
+		rtSteady(t, c, 3, func() error { return bareTxPgx(ctx, pool) })
+	})
+	t.Run("pgx_begin_then_lock", func(t *testing.T) {
+		// pgx's non-pipelined BeginTx: the counter tells 3 from the pipelined 2.
+		key := testdb.Key(t)
+		rtSteady(t, c, 3, func() error {
+			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			var ok bool
+			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&ok); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		})
+	})
+	t.Run("design_source", func(t *testing.T) {
+		key := testdb.Key(t)
+		rtSteady(t, c, 3, func() error {
+			return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+		})
+	})
+	t.Run("design_source_loser_waits_for_rollback", func(t *testing.T) {
+		// Control for rtLoser: the design source rolls back before it returns,
+		// so with the gate at 2 it cannot return; it needs a third round trip.
+		key := testdb.Key(t)
+		rtHold(t, key)
+		op := func() error { return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil }) }
+		require.ErrorIs(t, op(), designSourceErrLocked, "warm-up")
+		before := c.RoundTrips()
+		release := c.Gate(2)
+		t.Cleanup(release)
+		errc := make(chan error, 1)
+		go func() { errc <- op() }()
+		require.Eventually(t, func() bool { return c.Waiting() == 1 }, 30*time.Second, time.Millisecond)
+		select {
+		case err := <-errc:
+			t.Fatalf("returned (%v) while its ROLLBACK was held at the gate", err)
+		default:
+		}
+		release()
+		require.ErrorIs(t, <-errc, designSourceErrLocked)
+		require.EqualValues(t, 3, c.RoundTrips()-before, "BEGIN, lock, ROLLBACK before returning")
+	})
+}
+
+func TestRoundTripsRunExclusivePgx(t *testing.T) {
+	ctx := context.Background()
+	c := wirecount.New()
+	pool := rtPool(t, c)
+	noop := func(pgx.Tx) error { return nil }
+
+	uncontended := []struct {
+		name string
+		opts func(key int64) []pgadvisory.Option
+	}{
+		{"plain", func(int64) []pgadvisory.Option { return nil }},
+		{"WithWait", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second)} }},
+		{"WithWait0", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(0)} }},
+		{"WithShared", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} }},
+		{"WithLocks", func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k+1, k+2)} }},
+		{"all", func(k int64) []pgadvisory.Option {
+			return []pgadvisory.Option{pgadvisory.WithShared(), pgadvisory.WithWait(5 * time.Second), pgadvisory.WithLocks(k + 1),
+				pgadvisory.WithPgxTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly}), pgadvisory.WithObserver(func(pgadvisory.Event) {})}
+		}},
+	}
+	for _, tc := range uncontended {
+		t.Run("uncontended/"+tc.name, func(t *testing.T) {
+			key := testdb.Key(t)
+			testdb.Key(t) // reserve key+1 and key+2 for WithLocks
+			testdb.Key(t)
+			called := 0
+			rtSteady(t, c, 2, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(tx pgx.Tx) error { called++; return nil }, tc.opts(key)...)
+			})
+			require.Equal(t, 4, called)
+		})
+	}
+
+	contended := []struct {
+		name string
+		opts func(key int64) []pgadvisory.Option
+	}{
+		{"plain", func(int64) []pgadvisory.Option { return nil }},
+		{"WithShared", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} }},
+		{"WithLocks", func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k - 1)} }},
+	}
+	for _, tc := range contended {
+		t.Run("loser/"+tc.name, func(t *testing.T) {
+			testdb.Key(t) // key-1 is free for WithLocks
+			key := testdb.Key(t)
+			rtHold(t, key)
+			op := func() error { return pgadvisory.RunExclusivePgx(ctx, pool, key, noop, tc.opts(key)...) }
+			require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
+			require.Eventually(t, pgxIdle(pool), 30*time.Second, time.Millisecond)
+			rtLoser(t, c, 1, pgxIdle(pool), op)
+		})
+	}
+}
+
+func TestRoundTripsRunExclusive(t *testing.T) {
+	ctx := context.Background()
+	c := wirecount.New()
+	db := rtDB(t, c)
+	noop := func(*sql.Tx) error { return nil }
+
+	options := map[string]func(key int64) []pgadvisory.Option{
+		"plain":      func(int64) []pgadvisory.Option { return nil },
+		"WithWait":   func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second)} },
+		"WithShared": func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} },
+		"WithLocks":  func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k+1, k+2)} },
+		"WithTxOptions": func(int64) []pgadvisory.Option {
+			return []pgadvisory.Option{pgadvisory.WithTxOptions(sql.TxOptions{ReadOnly: true})}
+		},
+	}
+	for name, opts := range options {
+		t.Run("uncontended/"+name, func(t *testing.T) {
+			key := testdb.Key(t)
+			testdb.Key(t)
+			testdb.Key(t)
+			rtSteady(t, c, 3, func() error { return pgadvisory.RunExclusive(ctx, db, key, noop, opts(key)...) })
+		})
+	}
+	t.Run("loser", func(t *testing.T) {
+		key := testdb.Key(t)
+		rtHold(t, key)
+		op := func() error { return pgadvisory.RunExclusive(ctx, db, key, noop) }
+		require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
+		require.Eventually(t, sqlIdle(db), 30*time.Second, time.Millisecond)
+		rtLoser(t, c, 2, sqlIdle(db), op) // BEGIN, lock; the ROLLBACK in the background
+	})
+}
