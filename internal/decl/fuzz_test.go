@@ -3,6 +3,7 @@ package decl_test
 import (
 	"bytes"
 	"errors"
+	"go/format"
 	"os"
 	"testing"
 
@@ -12,8 +13,8 @@ import (
 
 // FuzzParse feeds arbitrary bytes to the declarations parser. It must never
 // panic; every problem must carry the file and a position inside it; and
-// whatever Parse and Check accept must generate Go that lockgen can read
-// back and regenerate without complaint.
+// whatever Parse and Check accept must generate gofmt-clean Go that lockgen
+// can read back and regenerate without complaint.
 //
 //	go test -run '^$' -fuzz FuzzParse -fuzztime 30s ./internal/decl/
 func FuzzParse(f *testing.F) {
@@ -27,6 +28,7 @@ func FuzzParse(f *testing.F) {
 		"locks: [{name: \"x\\u0000y\", params: [{name: type, type: uuid}]}]\n",
 		"a: &x [*x]\n",
 		"version: \"1\"\n---\nversion: \"1\"\n",
+		"version: 1\npackage: p\nlocks:\n  - name: a.b\n    doc: |\n      Para one.\n\n      - item\n      - item two\n\n      # Heading\n\n      \tcode\n        indented\n      [link]: https://go.dev\n      go:generate x\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -56,6 +58,13 @@ func FuzzParse(f *testing.F) {
 		out, err := gogen.Emit(file)
 		if err != nil {
 			t.Fatalf("accepted declarations do not generate: %v\n%s", err, src)
+		}
+		formatted, err := format.Source(out)
+		if err != nil {
+			t.Fatalf("generated code does not parse: %v\n%s", err, out)
+		}
+		if !bytes.Equal(formatted, out) {
+			t.Fatalf("generated code is not gofmt-clean:\n%s", gogen.Diff("generated", "gofmt", out, formatted))
 		}
 		hist, err := gogen.ReadManifest("locks_gen.go", out)
 		if err != nil {

@@ -11,7 +11,7 @@ const diffContext = 3
 
 // maxEditDistance bounds the diff's work: beyond this many changed lines the
 // changed region is shown as one replacement (still a correct diff).
-const maxEditDistance = 4000
+const maxEditDistance = 1000
 
 // Diff returns a unified diff that turns old into new, headed by oldName
 // and newName, or nil when they are equal. `lockgen check` prints it.
