@@ -155,6 +155,8 @@ func (c *cli) fail(err error) int {
 		}
 		return exitFail
 	}
-	fmt.Fprintf(c.stderr, "lockgen: %s\n", strings.TrimPrefix(err.Error(), "lockgen: "))
+	// The internal packages prefix their errors with their names; the user
+	// ran lockgen.
+	fmt.Fprintf(c.stderr, "lockgen: %s\n", strings.TrimPrefix(err.Error(), "gogen: "))
 	return exitFail
 }

@@ -31,6 +31,11 @@ func Emit(f *decl.File) ([]byte, error) {
 	locks := slices.Clone(f.Locks)
 	slices.SortFunc(locks, func(a, b *decl.Lock) int { return cmp.Compare(a.Name, b.Name) })
 
+	for _, l := range locks {
+		if err := emittable(l); err != nil {
+			return nil, err
+		}
+	}
 	e := &emitter{}
 	e.header(f, locks)
 	for _, l := range locks {
@@ -43,6 +48,19 @@ func Emit(f *decl.File) ([]byte, error) {
 	e.registry(filepath.Base(f.Path), locks)
 	e.manifest(locks)
 	return e.buf.Bytes(), nil
+}
+
+// emittable guards against declarations that did not pass decl.Check.
+func emittable(l *decl.Lock) error {
+	if l.GoName == "" {
+		return fmt.Errorf("gogen: lock %q has no Go name: check the declarations with decl.Check first", l.Name)
+	}
+	for _, p := range l.Params {
+		if p.GoName == "" || goTypes[p.Type] == "" {
+			return fmt.Errorf("gogen: lock %q has an invalid parameter %q: check the declarations with decl.Check first", l.Name, p.Name)
+		}
+	}
+	return nil
 }
 
 type emitter struct {

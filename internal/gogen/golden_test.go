@@ -157,3 +157,15 @@ func firstKey(m map[string]string) string {
 	slices.Sort(keys)
 	return keys[0]
 }
+
+func TestEmitRefusesUncheckedDeclarations(t *testing.T) {
+	f, err := decl.Parse("locks.yaml", []byte("version: \"1\"\npackage: p\nlocks:\n  - name: a.B\n"))
+	require.Error(t, err)
+	_, err = gogen.Emit(f)
+	require.ErrorContains(t, err, `gogen: lock "a.B" has no Go name`)
+
+	f, err = decl.Parse("locks.yaml", []byte("version: \"1\"\npackage: p\nlocks:\n  - name: a.b\n    params: [{name: x, type: int}]\n"))
+	require.Error(t, err)
+	_, err = gogen.Emit(f)
+	require.ErrorContains(t, err, `invalid parameter "x"`)
+}

@@ -30,7 +30,7 @@ func (r *Result) Fresh() bool {
 func Load(path string) (*Result, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading declarations: %w", err)
+		return nil, fmt.Errorf("gogen: reading declarations: %w", err)
 	}
 	f, perr := decl.Parse(path, src)
 	if f == nil {
@@ -40,7 +40,7 @@ func Load(path string) (*Result, error) {
 	cur, err := os.ReadFile(out)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading the current output: %w", err)
+		return nil, fmt.Errorf("gogen: reading the current output: %w", err)
 	}
 	return build(f, perr, cur, exists)
 }

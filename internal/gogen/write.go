@@ -23,12 +23,12 @@ func WriteFile(path string, data []byte) (changed bool, err error) {
 			perm = fi.Mode().Perm()
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
@@ -37,19 +37,19 @@ func WriteFile(path string, data []byte) (changed bool, err error) {
 		}
 	}()
 	if _, err = tmp.Write(data); err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 	if err = tmp.Sync(); err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 	if err = tmp.Chmod(perm); err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 	if err = tmp.Close(); err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
+		return false, fmt.Errorf("gogen: writing %s: %w", path, err)
 	}
 	return true, nil
 }

@@ -54,7 +54,7 @@ func TestWriteFileError(t *testing.T) {
 	path := filepath.Join(dir, "missing", "locks_gen.go")
 	_, err := gogen.WriteFile(path, []byte("x"))
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "writing "+path)
+	require.Contains(t, err.Error(), "gogen: writing "+path)
 	_, err = os.Stat(filepath.Join(dir, "missing"))
 	require.True(t, os.IsNotExist(err), "nothing created")
 }
