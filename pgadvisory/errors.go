@@ -73,6 +73,29 @@ var (
 	// there, so they are refused. Transaction-scoped RunExclusive works.
 	ErrTransactionPooler = errors.New("pgadvisory: connection goes through a pooler; session locks would leak to other clients (use RunExclusive, or connect directly)")
 
+	// ErrStaleToken reports a fencing token that is no longer the published
+	// one (SQLSTATE LF001): a newer holder took the lock, so this holder lost
+	// it and must stop writing. Do not retry the write.
+	ErrStaleToken = errors.New("pgadvisory: stale fencing token; a newer holder has the lock (SQLSTATE LF001)")
+
+	// ErrMissingToken reports a write to a table fenced in strict mode that
+	// carries no fencing token (SQLSTATE LF002). Write through the lock
+	// transaction, or use SetFencingToken / RunFenced.
+	ErrMissingToken = errors.New("pgadvisory: write to a fenced table carries no fencing token (SQLSTATE LF002)")
+
+	// ErrTruncateRefused reports a TRUNCATE that the fencing trigger refused
+	// (SQLSTATE LF003).
+	ErrTruncateRefused = errors.New("pgadvisory: TRUNCATE of a fenced table refused (SQLSTATE LF003)")
+
+	// ErrAlreadyDone reports that the run-once window already has a
+	// successful run; fn was not called (or its work was rolled back). It is
+	// returned as is, like ErrLocked.
+	ErrAlreadyDone = errors.New("pgadvisory: already done for this window")
+
+	// ErrNotMigrated reports that lockgen's schema (pgadvisory.*) is missing:
+	// fencing and run-once need it. Run [Migrate] first.
+	ErrNotMigrated = errors.New("pgadvisory: lockgen's schema is missing; run pgadvisory.Migrate")
+
 	// ErrInvalidArgument reports a nil database, a nil function or a bad option.
 	ErrInvalidArgument = errors.New("pgadvisory: invalid argument")
 )
@@ -180,6 +203,14 @@ func classify(err error) error {
 		return ErrLockTableFull
 	case code == "57P01", code == "57P02", code == "57P03", code == "25P03", strings.HasPrefix(code, "08"):
 		return ErrConnLost
+	case code == "LF001":
+		return ErrStaleToken
+	case code == "LF002":
+		return ErrMissingToken
+	case code == "LF003":
+		return ErrTruncateRefused
+	case (code == "42P01" || code == "3F000" || code == "42883") && strings.Contains(err.Error(), "pgadvisory"):
+		return ErrNotMigrated
 	case code != "":
 		return nil
 	}

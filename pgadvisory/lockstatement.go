@@ -25,15 +25,15 @@ import (
 // and cannot deadlock each other.
 
 type statementShape struct {
-	n                              int
-	shared, wait, timeout, session bool
+	n                                       int
+	shared, wait, timeout, session, fencing bool
 }
 
 var statementCache sync.Map // statementShape -> string
 
 // lockStatement returns the SQL text and arguments that take c's locks.
 func (c *config) lockStatement(session bool) (string, []any) {
-	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session}
+	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session, fencing: c.fencing && !session}
 	args := make([]any, 0, len(c.ids)+1)
 	for _, id := range c.ids {
 		args = append(args, id)
@@ -63,6 +63,14 @@ func buildLockStatement(s statementShape) string {
 		fn += "_shared"
 	}
 	var b strings.Builder
+	if s.fencing {
+		// A fenced call also draws a token, only when the locks were granted
+		// on a primary, and sets it for the transaction's own writes. The
+		// inner query is an optimization fence (OFFSET 0): the lock functions
+		// run once, before the token is drawn.
+		b.WriteString("SELECT granted, standby, CASE WHEN granted AND NOT standby THEN " +
+			"set_config('pgadvisory.fencing_token', nextval('pgadvisory.fencing_token_seq')::text, true)::bigint END FROM (")
+	}
 	b.WriteString("SELECT ")
 	for i := 1; i <= s.n; i++ {
 		if i > 1 {
@@ -76,7 +84,11 @@ func buildLockStatement(s statementShape) string {
 			b.WriteString("::text = ''") // the waiting functions return void
 		}
 	}
-	b.WriteString(", pg_is_in_recovery()")
+	if s.fencing {
+		b.WriteString(" AS granted, pg_is_in_recovery() AS standby")
+	} else {
+		b.WriteString(", pg_is_in_recovery()")
+	}
 	if s.session {
 		b.WriteString(", pg_backend_pid()")
 	}
@@ -84,6 +96,9 @@ func buildLockStatement(s statementShape) string {
 		b.WriteString(" FROM (SELECT set_config('lock_timeout', $")
 		b.WriteString(strconv.Itoa(s.n + 1))
 		b.WriteString(", true)) AS lock_timeout")
+	}
+	if s.fencing {
+		b.WriteString(" OFFSET 0) AS lock")
 	}
 	return b.String()
 }

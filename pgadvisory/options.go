@@ -25,7 +25,14 @@ type config struct {
 	observer func(Event)
 	interval time.Duration // session locks: liveness check period
 	session  bool
-	err      error // first invalid option
+	fencing  bool
+
+	// run-once calls
+	runOnce bool
+	primary int64 // the lock ID the ledger is keyed by
+	window  string
+	holder  string
+	err     error // first invalid option
 }
 
 // WithWait makes the call wait for the lock instead of giving up at once.

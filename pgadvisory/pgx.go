@@ -5,7 +5,10 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockgen/lockgen/internal/sqlcpgx"
 )
 
 // RunExclusivePgx is [RunExclusive] for a pgx pool: fn receives a [pgx.Tx].
@@ -40,25 +43,57 @@ type pgxTx struct {
 	tx   pgx.Tx
 }
 
-func (d *pgxTx) begin(ctx context.Context, readOnly bool, query string, args []any) (bool, bool, error) {
+func (d *pgxTx) begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error) {
+	var res lockResult
 	var b pgx.Batch
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	if readOnly {
 		opts.AccessMode = pgx.ReadOnly
 	}
 	b.BeginTx(opts)
-	var granted, standby bool
-	b.Queue(query, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&granted, &standby) })
+	if st.fenced {
+		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
+			var token *int64
+			err := row.Scan(&res.granted, &res.standby, &token)
+			if token != nil {
+				res.token = *token
+			}
+			return err
+		})
+	} else {
+		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&res.granted, &res.standby) })
+	}
 	br := d.pool.SendBatch(ctx, &b)
 	tx := br.Tx()
 	if err := br.Close(); err != nil {
 		rctx, cancel := cleanupContext(ctx)
 		_ = tx.Rollback(rctx)
 		cancel()
-		return false, false, err
+		return res, err
 	}
 	d.tx = tx
-	return granted, standby, nil
+	return res, nil
+}
+
+func (d *pgxTx) txKey() any { return d.tx }
+
+func (d *pgxTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {
+	n, err := sqlcpgx.New().PublishFence(ctx, d.pool, sqlcpgx.PublishFenceParams{LockID: lockID, Token: token, LockTimeout: timeout})
+	return n == 1, err
+}
+
+func (d *pgxTx) runOnceDone(ctx context.Context, lockID int64, window string) (bool, error) {
+	return sqlcpgx.New().RunOnceDone(ctx, d.tx, sqlcpgx.RunOnceDoneParams{LockID: lockID, WindowKey: window})
+}
+
+func (d *pgxTx) recordRun(ctx context.Context, r runRecord) error {
+	return sqlcpgx.New().RecordRun(ctx, d.tx, sqlcpgx.RecordRunParams{
+		LockID:    r.lockID,
+		WindowKey: r.window,
+		Token:     pgtype.Int8{Int64: r.token, Valid: r.token != 0},
+		Holder:    r.holder,
+		StartedAt: pgtype.Timestamptz{Time: r.startedAt, Valid: true},
+	})
 }
 
 func (d *pgxTx) commit(ctx context.Context) error { return d.tx.Commit(ctx) }

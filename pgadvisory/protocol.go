@@ -14,9 +14,42 @@ type txDriver interface {
 	// begin starts a READ COMMITTED transaction and runs the lock statement in
 	// it, in as few round trips as the driver allows. On error the driver has
 	// already ended whatever transaction it started.
-	begin(ctx context.Context, readOnly bool, query string, args []any) (granted, standby bool, err error)
+	begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error)
+	// txKey identifies the open transaction (the value fn receives).
+	txKey() any
+	// publish makes token the published fencing token of lockID on another
+	// connection, in its own committed statement; false means a newer token
+	// is already published.
+	publish(ctx context.Context, lockID, token int64, timeout string) (bool, error)
+	// runOnceDone and recordRun read and write the run-once ledger inside
+	// the lock transaction.
+	runOnceDone(ctx context.Context, lockID int64, window string) (bool, error)
+	recordRun(ctx context.Context, r runRecord) error
 	commit(ctx context.Context) error
 	rollback(ctx context.Context) error
+}
+
+// lockStatement is the statement that takes a call's locks, as built by
+// config.lockStatement; fenced statements return a token column too.
+type lockStatement struct {
+	sql    string
+	args   []any
+	fenced bool
+}
+
+// lockResult is what the lock statement returned.
+type lockResult struct {
+	granted, standby bool
+	token            int64 // fenced statements only
+}
+
+// runRecord is one row of the run-once ledger.
+type runRecord struct {
+	lockID    int64
+	window    string
+	token     int64 // 0: not fenced
+	holder    string
+	startedAt time.Time
 }
 
 // cleanupTimeout bounds a ROLLBACK or unlock sent after the caller's context
@@ -29,30 +62,41 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // run is the transaction-lock protocol shared by RunExclusive and
-// RunExclusivePgx.
+// RunExclusivePgx (and RunOnce, RunOncePgx).
 func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
 	start := time.Now()
-	query, args := c.lockStatement(false)
-	granted, standby, err := d.begin(ctx, c.readOnly, query, args)
+	res, err := d.begin(ctx, c.readOnly, c.txLockStatement())
 	if err != nil {
 		return c.failure(ctx, "lock", err)
 	}
-	if standby {
+	if res.standby {
 		c.rollbackNow(ctx, d)
 		return c.failure(ctx, "lock", ErrStandby)
 	}
-	if !granted {
+	if !res.granted {
 		// The loser's answer is known after one round trip; the ROLLBACK
 		// that returns the connection runs without making the caller wait.
 		go c.rollbackNow(ctx, d)
 		c.emit(Event{Kind: EventContended, Err: ErrLocked})
 		return ErrLocked
 	}
+	if err := c.afterGrant(ctx, d, res.token); err != nil {
+		c.rollbackNow(ctx, d)
+		if err == ErrAlreadyDone {
+			c.emit(Event{Kind: EventContended, Err: err})
+		}
+		return err
+	}
 	acquired := time.Now()
 	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+	if c.fencing {
+		key := d.txKey()
+		tokens.Store(key, res.token)
+		defer tokens.Delete(key)
+	}
 
 	panicking := true
 	defer func() {
@@ -64,6 +108,14 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	fnErr := call()
 	panicking = false
 
+	if fnErr == nil && ctx.Err() == nil && c.runOnce {
+		fnErr = c.recordRun(ctx, d, res.token, acquired)
+		if fnErr == ErrAlreadyDone {
+			c.rollbackNow(ctx, d)
+			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: fnErr})
+			return fnErr
+		}
+	}
 	if fnErr != nil || ctx.Err() != nil {
 		c.rollbackNow(ctx, d)
 		err := c.fnFailure(ctx, fnErr)
@@ -77,6 +129,12 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	}
 	c.emit(Event{Kind: EventReleased, Held: time.Since(acquired)})
 	return nil
+}
+
+// txLockStatement is the lock statement of a transaction-scoped call.
+func (c *config) txLockStatement() lockStatement {
+	query, args := c.lockStatement(false)
+	return lockStatement{sql: query, args: args, fenced: c.fencing}
 }
 
 func (c *config) rollbackNow(ctx context.Context, d txDriver) {
@@ -114,9 +172,12 @@ func (c *config) fnFailure(ctx context.Context, fnErr error) error {
 
 // commitFailure is the error for a failed COMMIT. A connection lost during
 // COMMIT leaves the outcome unknown; a server error means it did not commit.
+// So does 25P03: the server raises it only while idle in the transaction,
+// waiting for the next command, so it ended the session before reading
+// COMMIT (the answer was queued before COMMIT was sent).
 func (c *config) commitFailure(ctx context.Context, err error) error {
 	kind := classify(err)
-	if kind == ErrConnLost {
+	if kind == ErrConnLost && SQLState(err) != "25P03" {
 		kind = ErrCommitUnknown
 	}
 	return &Error{Op: "commit", LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
@@ -139,7 +200,7 @@ func withContext(ctx context.Context, err error) error {
 
 func isSentinel(err error) bool {
 	switch err {
-	case ErrStandby, ErrLocked, ErrLockLost, ErrTransactionPooler, ErrInvalidArgument, ErrIsolationLevel:
+	case ErrStandby, ErrLocked, ErrLockLost, ErrTransactionPooler, ErrInvalidArgument, ErrIsolationLevel, ErrAlreadyDone:
 		return true
 	}
 	return false

@@ -88,6 +88,9 @@ type sessionConn interface {
 // runSession is the session-lock protocol shared by both front doors.
 func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
 	c.session = true
+	if c.fencing {
+		return c.invalid("begin", errors.New("WithFencing is not available for session locks"))
+	}
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"strconv"
+
+	"github.com/lockgen/lockgen/internal/sqlcstd"
 )
 
 // RunExclusive runs fn inside a transaction that holds the transaction-scoped
@@ -47,18 +49,47 @@ type stdlibTx struct {
 	tx *sql.Tx
 }
 
-func (d *stdlibTx) begin(ctx context.Context, readOnly bool, query string, args []any) (bool, bool, error) {
+func (d *stdlibTx) begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error) {
+	var res lockResult
 	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: readOnly})
 	if err != nil {
-		return false, false, err
+		return res, err
 	}
-	var granted, standby bool
-	if err := tx.QueryRowContext(ctx, query, args...).Scan(&granted, &standby); err != nil {
+	row := tx.QueryRowContext(ctx, st.sql, st.args...)
+	if st.fenced {
+		var token sql.NullInt64
+		err = row.Scan(&res.granted, &res.standby, &token)
+		res.token = token.Int64
+	} else {
+		err = row.Scan(&res.granted, &res.standby)
+	}
+	if err != nil {
 		_ = tx.Rollback()
-		return false, false, err
+		return res, err
 	}
 	d.tx = tx
-	return granted, standby, nil
+	return res, nil
+}
+
+func (d *stdlibTx) txKey() any { return d.tx }
+
+func (d *stdlibTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {
+	n, err := sqlcstd.New().PublishFence(ctx, d.db, sqlcstd.PublishFenceParams{LockID: lockID, Token: token, LockTimeout: timeout})
+	return n == 1, err
+}
+
+func (d *stdlibTx) runOnceDone(ctx context.Context, lockID int64, window string) (bool, error) {
+	return sqlcstd.New().RunOnceDone(ctx, d.tx, sqlcstd.RunOnceDoneParams{LockID: lockID, WindowKey: window})
+}
+
+func (d *stdlibTx) recordRun(ctx context.Context, r runRecord) error {
+	return sqlcstd.New().RecordRun(ctx, d.tx, sqlcstd.RecordRunParams{
+		LockID:    r.lockID,
+		WindowKey: r.window,
+		Token:     sql.NullInt64{Int64: r.token, Valid: r.token != 0},
+		Holder:    r.holder,
+		StartedAt: r.startedAt,
+	})
 }
 
 func (d *stdlibTx) commit(context.Context) error { return d.tx.Commit() }

@@ -1,0 +1,184 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockgen/lockgen/internal/sqlcpgx"
+	"github.com/lockgen/lockgen/internal/sqlcstd"
+)
+
+// Fencing. A lock alone cannot stop a holder that lost its lock (a pause, a
+// killed connection) from writing later. With [WithFencing], the lock
+// statement also draws a token from the sequence pgadvisory.fencing_token_seq
+// (in the same round trip), the token is published durably in
+// pgadvisory.fence before fn runs, and tables guarded by lockgen's fencing
+// trigger accept a write only if it carries the currently published token.
+// The database is the judge: a stale writer is rejected with SQLSTATE
+// LF001 ([ErrStaleToken]) whatever the client believes.
+//
+// Round trips: issuing the token adds none; publishing adds one statement on
+// another pool connection, and its commit waits for the WAL flush (that is
+// what makes it durable). fn's transaction carries the token already.
+
+// defaultPublishTimeout bounds how long publishing waits for writes still in
+// flight with the previous token.
+const defaultPublishTimeout = 5 * time.Second
+
+// WithFencing issues a fencing token for the call (see the package
+// documentation on fencing). fn reads it with [FencingToken] or
+// [FencingTokenPgx]; writes made through fn's transaction carry it
+// automatically. It needs lockgen's schema ([Migrate]) and is not available
+// for session locks.
+func WithFencing() Option {
+	return func(c *config) { c.fencing = true }
+}
+
+// tokens maps an open lock transaction (the value fn receives) to its token.
+var tokens sync.Map
+
+// FencingToken returns the fencing token of the lock transaction tx while fn
+// runs, and false when tx is not a fenced lock transaction.
+func FencingToken(tx *sql.Tx) (int64, bool) {
+	return lookupToken(tx)
+}
+
+// FencingTokenPgx is [FencingToken] for the pgx.Tx that [RunExclusivePgx]
+// passes to fn.
+func FencingTokenPgx(tx pgx.Tx) (int64, bool) {
+	return lookupToken(tx)
+}
+
+func lookupToken(key any) (int64, bool) {
+	if key == nil {
+		return 0, false
+	}
+	v, ok := tokens.Load(key)
+	if !ok {
+		return 0, false
+	}
+	return v.(int64), true
+}
+
+// SetFencingToken makes tx carry token: fenced tables then accept tx's writes
+// only while token is the published one. Use it for writes that a lock holder
+// makes on other connections (or hands to other processes with the token).
+// The setting ends with tx.
+func SetFencingToken(ctx context.Context, tx *sql.Tx, token int64) error {
+	if err := sqlcstd.New().SetFencingToken(ctx, tx, token); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	return nil
+}
+
+// SetFencingTokenPgx is [SetFencingToken] for pgx.
+func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
+	if err := sqlcpgx.New().SetFencingToken(ctx, tx, token); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	return nil
+}
+
+// RunFenced runs fn in a new READ COMMITTED transaction on db that carries
+// token (see [SetFencingToken]) and commits it. A write rejected as stale
+// returns an error matching [ErrStaleToken]: the token's holder lost its lock
+// and must stop.
+func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) (err error) {
+	if db == nil || fn == nil {
+		return &Error{Op: "fenced write", Kind: ErrInvalidArgument, Err: errors.New("nil db or fn")}
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := sqlcstd.New().SetFencingToken(ctx, tx, token); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	if err := fn(tx); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	return nil
+}
+
+// RunFencedPgx is [RunFenced] for a pgx pool.
+func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) (err error) {
+	if pool == nil || fn == nil {
+		return &Error{Op: "fenced write", Kind: ErrInvalidArgument, Err: errors.New("nil pool or fn")}
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			rctx, cancel := cleanupContext(ctx)
+			_ = tx.Rollback(rctx)
+			cancel()
+		}
+	}()
+	if err := sqlcpgx.New().SetFencingToken(ctx, tx, token); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	if err := fn(tx); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	return nil
+}
+
+// fencedFailure wraps an error of a fenced write with its kind.
+func fencedFailure(ctx context.Context, token int64, err error) error {
+	kind := classify(err)
+	if kind == nil && ctx.Err() == nil {
+		return err
+	}
+	return &Error{Op: fmt.Sprintf("fenced write (token %d)", token), SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+}
+
+// afterGrant runs the steps between the grant and fn: publishing the fencing
+// token and checking the run-once ledger.
+func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error {
+	if c.fencing {
+		timeout := lockTimeoutSetting(defaultPublishTimeout)
+		for _, id := range c.ids {
+			published, err := d.publish(ctx, id, token, timeout)
+			if err != nil {
+				return c.failure(ctx, "publish", err)
+			}
+			if !published {
+				return c.failure(ctx, "publish", fmt.Errorf("%w: a newer token than %d is already published for lock %d", ErrStaleToken, token, id))
+			}
+		}
+	}
+	if c.runOnce {
+		done, err := d.runOnceDone(ctx, c.primary, c.window)
+		if err != nil {
+			return c.failure(ctx, "run-once", err)
+		}
+		if done {
+			return ErrAlreadyDone
+		}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// RunOnce runs fn at most once successfully per (lockID, window), however
+// the callers' timing falls: the daily report that three replicas fire, or
+// that one replica fires again two seconds after another one finished.
+//
+// It is [RunExclusive] plus the run-once ledger pgadvisory.run_once (created
+// by [Migrate]): after the lock is granted it checks the ledger and returns
+// [ErrAlreadyDone] without calling fn if the window already has a successful
+// run; after fn succeeds it records the run (token, start, end, holder) in
+// the same transaction, so a failed run leaves no row and can be retried, and
+// the table's primary key makes a second success impossible even for code
+// that bypasses this function. window is any key, such as [DailyWindow]'s
+// "2026-12-02". Contention still returns [ErrLocked].
+//
+// At most once applies to what fn writes through tx. An external side effect
+// (sending an e-mail) is at most once only if it happens after everything
+// that can fail, and may then be lost if COMMIT fails; see the README.
+//
+// Round trips: those of RunExclusive plus one for the ledger check and one
+// for the ledger row.
+func RunOnce(ctx context.Context, db *sql.DB, lockID int64, window string, fn func(*sql.Tx) error, opts ...Option) error {
+	c, err := newConfig(lockID, opts)
+	if err != nil {
+		return err
+	}
+	if err := c.setRunOnce(lockID, window, db == nil, fn == nil); err != nil {
+		return err
+	}
+	d := &stdlibTx{db: db}
+	return run(ctx, c, d, func() error { return fn(d.tx) })
+}
+
+// RunOncePgx is [RunOnce] for a pgx pool.
+func RunOncePgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, window string, fn func(pgx.Tx) error, opts ...Option) error {
+	c, err := newConfig(lockID, opts)
+	if err != nil {
+		return err
+	}
+	if err := c.setRunOnce(lockID, window, pool == nil, fn == nil); err != nil {
+		return err
+	}
+	d := &pgxTx{pool: pool}
+	return run(ctx, c, d, func() error { return fn(d.tx) })
+}
+
+// RunOnce is [RunOnce] on l.
+func (l Lock) RunOnce(ctx context.Context, db *sql.DB, window string, fn func(*sql.Tx) error, opts ...Option) error {
+	return RunOnce(ctx, db, l.ID, window, fn, l.named(opts)...)
+}
+
+// RunOncePgx is [RunOncePgx] on l.
+func (l Lock) RunOncePgx(ctx context.Context, pool *pgxpool.Pool, window string, fn func(pgx.Tx) error, opts ...Option) error {
+	return RunOncePgx(ctx, pool, l.ID, window, fn, l.named(opts)...)
+}
+
+// WithHolder names the caller in the run-once ledger's holder column. The
+// default is "<hostname>/<pid>".
+func WithHolder(holder string) Option {
+	return func(c *config) { c.holder = holder }
+}
+
+func (c *config) setRunOnce(lockID int64, window string, nilDB, nilFn bool) error {
+	switch {
+	case nilDB:
+		return c.invalid("begin", errors.New("nil database"))
+	case nilFn:
+		return c.invalid("begin", errors.New("nil fn"))
+	case window == "":
+		return c.invalid("begin", errors.New("empty run-once window"))
+	}
+	c.runOnce, c.primary, c.window = true, lockID, window
+	if c.holder == "" {
+		c.holder = defaultHolder()
+	}
+	return nil
+}
+
+// recordRun writes the ledger row; a row already there (a success that
+// bypassed the lock) turns into ErrAlreadyDone.
+func (c *config) recordRun(ctx context.Context, d txDriver, token int64, started time.Time) error {
+	err := d.recordRun(ctx, runRecord{lockID: c.primary, window: c.window, token: token, holder: c.holder, startedAt: started})
+	if SQLState(err) == "23505" {
+		return ErrAlreadyDone
+	}
+	return err
+}
+
+var defaultHolder = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+})
+
+// DailyWindow returns the run-once window of the day t falls on in loc, as
+// "2006-01-02". A nil loc means UTC. Pass the time zone the business day is
+// defined in, so that replicas in different zones agree.
+func DailyWindow(t time.Time, loc *time.Location) string {
+	return inLocation(t, loc).Format("2006-01-02")
+}
+
+// HourlyWindow returns the window of the hour t falls in, as "2006-01-02T15".
+func HourlyWindow(t time.Time, loc *time.Location) string {
+	return inLocation(t, loc).Format("2006-01-02T15")
+}
+
+// WeeklyWindow returns the ISO 8601 week t falls in, as "2006-W01".
+func WeeklyWindow(t time.Time, loc *time.Location) string {
+	year, week := inLocation(t, loc).ISOWeek()
+	return fmt.Sprintf("%04d-W%02d", year, week)
+}
+
+// MonthlyWindow returns the month t falls in, as "2006-01".
+func MonthlyWindow(t time.Time, loc *time.Location) string {
+	return inLocation(t, loc).Format("2006-01")
+}
+
+func inLocation(t time.Time, loc *time.Location) time.Time {
+	if loc == nil {
+		loc = time.UTC
+	}
+	return t.In(loc)
+}
