@@ -20,6 +20,30 @@
 // PostgreSQL 13 and later. USAGE on the schema is granted to PUBLIC. Down
 // drops the functions and the schema (without CASCADE).
 //
+// 00002_fencing.sql adds fencing tokens and the run-once ledger:
+//
+//   - the sequence pgadvisory.fencing_token_seq (tokens, never re-issued);
+//   - the table pgadvisory.fence (lock_id bigint PRIMARY KEY, token bigint,
+//     published_at timestamptz): the published token of each lock;
+//   - the table pgadvisory.run_once (lock_id, window_key, token, holder,
+//     started_at, finished_at; PRIMARY KEY (lock_id, window_key));
+//   - the trigger functions pgadvisory.fence_check() (row trigger, arguments:
+//     lock ID, 'strict' or 'permissive'), pgadvisory.fence_check_param()
+//     (row trigger, arguments: lock name, policy, the row's parameter
+//     columns in declaration order) and pgadvisory.fence_truncate_guard()
+//     (BEFORE TRUNCATE statement trigger, the same arguments as the row
+//     trigger it accompanies), and their helper
+//     pgadvisory.fence_require_current(bigint, bigint, text, text[]).
+//
+// A write to a fenced table carries the transaction-local setting
+// pgadvisory.fencing_token, else the row's fencing_token column; it is
+// accepted only when that token is the lock's published token. The triggers
+// raise SQLSTATE LF001 for a stale token, LF002 for a missing token in strict
+// mode and LF003 for a TRUNCATE of a table fenced by a parameterized lock;
+// their messages start with "pgadvisory: ". lockgen fence generates the
+// migration that fences an application table. Down drops 00002's objects,
+// and fails while a table still uses the trigger functions.
+//
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
 // application's goose_db_version. The table lives outside the pgadvisory
