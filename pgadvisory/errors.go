@@ -41,9 +41,12 @@ var (
 
 	// ErrConnLost reports that the connection broke or the backend was
 	// terminated (SQLSTATE 57P01, 25P03, class 08, or EOF) before COMMIT was
-	// sent. The server released the lock and rolled the transaction back:
-	// nothing was committed. The pool discards the broken connection.
-	ErrConnLost = errors.New("pgadvisory: connection lost or backend terminated; the lock was released and nothing was committed")
+	// sent: nothing was committed. When the server ended the session it has
+	// already released the lock; when the client noticed first (a half-open
+	// link), the server releases it once it notices too (see
+	// tcp_keepalives_* and client_connection_check_interval). The pool
+	// discards the broken connection.
+	ErrConnLost = errors.New("pgadvisory: connection lost or backend terminated; nothing was committed and the server releases the lock")
 
 	// ErrCommitUnknown reports that the connection broke while COMMIT was in
 	// flight: the transaction may or may not have committed. Check the data
