@@ -32,6 +32,7 @@ type Declared struct {
 	Shared      bool          // declared shared: true, taken as WithShared()
 	Wait        bool          // declared wait:, taken as WithWait(WaitTimeout)
 	WaitTimeout time.Duration // with Wait: 0 waits until the context is done
+	Fencing     bool          // declared fencing: true, taken as WithFencing()
 }
 
 // DeclaredParam is one parameter of a declared parameterized lock.

@@ -75,6 +75,9 @@ func optionsText(l *decl.Lock) string {
 	if l.HasWait {
 		opts = append(opts, "wait "+l.Wait.String())
 	}
+	if l.Fencing {
+		opts = append(opts, "fencing")
+	}
 	if len(opts) == 0 {
 		return "-"
 	}

@@ -110,6 +110,41 @@ locks:
 	require.Nil(t, f.Lookup("nope"))
 }
 
+func TestParseFencing(t *testing.T) {
+	f := parse(t, `version: "1"
+package: locks
+locks:
+  - name: ledger.post
+    fencing: true
+  - name: billing.invoice
+    fencing: true
+    wait: 5s
+    params: [{name: tenant_id, type: int64}]
+  - name: reports.off
+    fencing: false
+  - name: reports.plain
+`)
+	require.NoError(t, decl.Check(f, nil))
+	require.True(t, f.Lookup("ledger.post").Fencing)
+	require.True(t, f.Lookup("billing.invoice").Fencing)
+	require.False(t, f.Lookup("reports.off").Fencing)
+	require.False(t, f.Lookup("reports.plain").Fencing)
+
+	_, err := decl.Parse("locks.yaml", []byte(`version: "1"
+package: locks
+locks:
+  - name: reports.readers
+    shared: true
+    fencing: true
+  - name: reports.x
+    fencing: on
+`))
+	require.Equal(t, []string{
+		`6:5: fencing: true needs an exclusive lock, but this lock is shared: shared holders run at once, and each one's fencing token would make the others' writes stale; remove shared: or fencing:`,
+		`8:14: fencing must be true or false, not "on"`,
+	}, problems(t, err))
+}
+
 func TestOutputPath(t *testing.T) {
 	for _, tc := range []struct{ path, output, want string }{
 		{"locks.yaml", "", "locks_gen.go"},

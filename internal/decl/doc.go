@@ -23,6 +23,8 @@
 //	  - name: reports.rebuild
 //	    shared: true            # pgadvisory.WithShared()
 //	    wait: 5s                # pgadvisory.WithWait(5 * time.Second)
+//	  - name: ledger.post
+//	    fencing: true           # pgadvisory.WithFencing(); not with shared
 //	  - name: legacy.cleanup
 //	    id: 72707               # pin: adopt a hard-coded legacy ID
 //	  - name: reports.weekly

@@ -63,6 +63,7 @@ type Lock struct {
 	Shared  bool          // shared: true
 	HasWait bool          // wait: given
 	Wait    time.Duration // wait: timeout, 0 means until the context is done
+	Fencing bool          // fencing: true, taken with pgadvisory.WithFencing()
 
 	RenamedFrom string   // renamed_from: the old name
 	OnRename    OnRename // on_rename

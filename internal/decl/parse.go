@@ -317,7 +317,10 @@ func (p *parser) lock(n *yaml.Node) *Lock {
 	}
 	if v, ok := fields["fencing"]; ok {
 		if on, ok := p.boolean(v, "fencing"); ok && on {
-			p.add(pos(v.value), "fencing: true needs lockgen's fencing support (not available yet)")
+			l.Fencing = true
+			if l.Shared {
+				p.add(pos(v.key), "fencing: true needs an exclusive lock, but this lock is shared: shared holders run at once, and each one's fencing token would make the others' writes stale; remove shared: or fencing:")
+			}
 		}
 	}
 

@@ -144,6 +144,9 @@ func (e *emitter) comment(first string, l *decl.Lock) {
 	case l.HasWait:
 		sentences = append(sentences, "It "+waitText(l.Wait)+".")
 	}
+	if l.Fencing {
+		sentences = append(sentences, "Each acquisition issues a fencing token (pgadvisory.WithFencing).")
+	}
 	lines := wrap(strings.Join(sentences, " "))
 	if l.Doc != "" {
 		lines = append(lines, "")
@@ -235,7 +238,10 @@ func with(l *decl.Lock) string {
 	if l.HasWait {
 		// gofmt drops the blanks around * inside a call with several
 		// arguments: With(WithShared(), WithWait(5*time.Second)).
-		opts = append(opts, "pgadvisory.WithWait("+durationExpr(l.Wait, !l.Shared)+")")
+		opts = append(opts, "pgadvisory.WithWait("+durationExpr(l.Wait, !l.Shared && !l.Fencing)+")")
+	}
+	if l.Fencing {
+		opts = append(opts, "pgadvisory.WithFencing()")
 	}
 	if len(opts) == 0 {
 		return ""
@@ -310,6 +316,9 @@ func (e *emitter) registry(source string, locks []*decl.Lock) {
 			if l.Wait != 0 {
 				fields = append(fields, field{"WaitTimeout", durationExpr(l.Wait, true)})
 			}
+		}
+		if l.Fencing {
+			fields = append(fields, field{"Fencing", "true"})
 		}
 		e.p("\t{")
 		e.fields("\t\t", fields)
