@@ -44,6 +44,33 @@
 // migration that fences an application table. Down drops 00002's objects,
 // and fails while a table still uses the trigger functions.
 //
+// 00003_registry.sql adds the registry of declared locks and the status view:
+//
+//   - the table pgadvisory.registry_declaration (name PRIMARY KEY, lock_id,
+//     declared_params jsonb, doc, registered_at): one row per declared lock;
+//     a plain lock has its lock_id, a parameterized one its parameters
+//     ([{"name": "tenant_id", "type": "int64"}]) and no lock_id;
+//   - the table pgadvisory.registry (lock_id bigint PRIMARY KEY, name,
+//     params jsonb, declared_params jsonb, doc, registered_at): the name of
+//     every known lock ID, plain locks and registered instances of
+//     parameterized ones (params {"tenant_id": "42"}); it starts with
+//     lockgen.migrate, the lock Migrate holds;
+//   - the function pgadvisory.register_instance(name text, VARIADIC params
+//     text[]) returning bigint: registers one instance of a declared
+//     parameterized lock, canonicalizing the parameters by their declared
+//     types, and returns its ID;
+//   - the view pgadvisory.status: every advisory lock (bigint key) held or
+//     awaited in the current database, from pg_locks and pg_stat_activity,
+//     with lock_id, name (NULL when the ID is not registered), params,
+//     declared_params, mode, granted, waiting, pid, application_name,
+//     client_addr, xact_start, xact_age, state, wait_event and blocked_by
+//     (pg_blocking_pids). pg_locks does not tell session-level from
+//     transaction-level holds.
+//
+// pgadvisory.Register and pgadvisory.RegisterInstance fill the registry from
+// Go, lockgen register from a locks.yaml, lockgen status reads the view.
+// Down drops 00003's objects.
+//
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
 // application's goose_db_version. The table lives outside the pgadvisory

@@ -99,7 +99,7 @@ func requireMigrated(t *testing.T, db *sql.DB) {
 	var id int64
 	require.NoError(t, db.QueryRow(`SELECT pgadvisory.lock_id('reports.daily_email')`).Scan(&id))
 	require.Equal(t, int64(-6078806957557529815), id)
-	require.Equal(t, map[int64]int{0: 1, 1: 1, 2: 1}, appliedVersions(t, db))
+	require.Equal(t, map[int64]int{0: 1, 1: 1, 2: 1, 3: 1}, appliedVersions(t, db))
 }
 
 // gooseProvider drives the same migrations the way README shows.
@@ -204,9 +204,10 @@ func TestMigrateUpDownUp(t *testing.T) {
 	p := gooseProvider(t, db)
 	res, err := p.DownTo(ctx, 0)
 	require.NoError(t, err)
-	require.Len(t, res, 2)
-	require.Equal(t, int64(2), res[0].Source.Version)
-	require.Equal(t, int64(1), res[1].Source.Version)
+	require.Len(t, res, 3)
+	require.Equal(t, int64(3), res[0].Source.Version)
+	require.Equal(t, int64(2), res[1].Source.Version)
+	require.Equal(t, int64(1), res[2].Source.Version)
 	require.False(t, schemaExists(t, db), "Down drops the schema")
 	v, err := p.GetDBVersion(ctx)
 	require.NoError(t, err)
@@ -234,7 +235,7 @@ func TestMigrateDownKeepsForeignObjects(t *testing.T) {
 	_, err := db.Exec(`CREATE TABLE pgadvisory.not_lockgens (id int)`)
 	require.NoError(t, err)
 
-	// 00002 goes down; 00001 fails and its Down rolls back as a whole.
+	// 00003 and 00002 go down; 00001 fails and its Down rolls back as a whole.
 	_, err = gooseProvider(t, db).DownTo(ctx, 0)
 	require.Error(t, err)
 	require.True(t, schemaExists(t, db))
