@@ -11,6 +11,10 @@
 //
 //	go tool lockgen check -f path/to/locks.yaml
 //
+// and write the goose migration that fences a table with a declared lock:
+//
+//	go tool lockgen fence -lock ledger.post -table app.entries -dir migrations
+//
 // Run "lockgen -h" for the commands.
 package main
 
@@ -45,6 +49,7 @@ Commands:
 	check      fail with a diff when the generated file is stale or missing
 	list       print every declared lock: name, parameters, ID, options
 	id         print the advisory-lock ID of a name and parameters
+	fence      write a goose migration that fences a table with a declared lock
 	version    print lockgen's version
 
 Run "lockgen <command> -h" for a command's flags. From go generate:
@@ -61,7 +66,7 @@ type command struct {
 	flags func(c *cli, fs *flag.FlagSet)
 }
 
-var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, versionCmd}
+var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, versionCmd}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -70,7 +75,8 @@ func main() {
 // cli is one run of lockgen.
 type cli struct {
 	stdout, stderr io.Writer
-	file           string // -f
+	file           string     // -f
+	fence          fenceFlags // lockgen fence's other flags
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -157,6 +163,8 @@ func (c *cli) fail(err error) int {
 	}
 	// The internal packages prefix their errors with their names; the user
 	// ran lockgen.
-	fmt.Fprintf(c.stderr, "lockgen: %s\n", strings.TrimPrefix(err.Error(), "gogen: "))
+	msg := strings.TrimPrefix(err.Error(), "gogen: ")
+	msg = strings.TrimPrefix(msg, "fencegen: ")
+	fmt.Fprintf(c.stderr, "lockgen: %s\n", msg)
 	return exitFail
 }

@@ -1,0 +1,180 @@
+package fencegen_test
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/decl"
+	"github.com/lockgen/lockgen/internal/fencegen"
+	"github.com/lockgen/lockgen/internal/gogen"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden with the current output")
+
+// declared returns the lock name from testdata/locks.yaml, checked.
+func declared(t *testing.T, name string) *decl.Lock {
+	t.Helper()
+	src, err := os.ReadFile("testdata/locks.yaml")
+	require.NoError(t, err)
+	r, err := gogen.Build("locks.yaml", src, nil)
+	require.NoError(t, err)
+	l := r.File.Lookup(name)
+	require.NotNil(t, l, name)
+	return l
+}
+
+// TestEmitGolden holds the migrations to testdata/NAME.golden (go test -run
+// TestEmitGolden -update rewrites them).
+func TestEmitGolden(t *testing.T) {
+	for _, tc := range []struct {
+		golden, lock, table, columns, policy string
+	}{
+		{"plain", "ledger.post", "app.entries", "", "strict"},
+		{"pinned", "legacy.cleanup", "app.order", "", "permissive"},
+		{"param", "billing.invoice", "billing.invoice", "tenant_id", "strict"},
+		{"param3", "exports.archive", "app.exports", "tenant_uuid, full , label", "permissive"},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			s, err := fencegen.NewSpec(declared(t, tc.lock), tc.table, tc.columns, tc.policy)
+			require.NoError(t, err)
+			got := fencegen.Emit(s)
+			golden := filepath.Join("testdata", tc.golden+".golden")
+			if *update {
+				require.NoError(t, os.WriteFile(golden, got, 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), "run go test -run TestEmitGolden -update to accept")
+
+			text := string(got)
+			require.True(t, strings.HasPrefix(text, fencegen.Header+"\n"))
+			up := strings.Index(text, "\n-- +goose Up\n")
+			down := strings.Index(text, "\n-- +goose Down\n")
+			require.True(t, up > 0 && down > up)
+			require.Equal(t, 4, strings.Count(text[up:down], ";\n"), "Up: column, comment, two triggers")
+			require.Equal(t, 3, strings.Count(text[down:], ";\n"), "Down: two triggers, column")
+		})
+	}
+}
+
+func TestEmitUsesDeclaredID(t *testing.T) {
+	s, err := fencegen.NewSpec(declared(t, "legacy.cleanup"), "app.t", "", "strict")
+	require.NoError(t, err)
+	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_check('72707', 'strict')")
+
+	s, err = fencegen.NewSpec(declared(t, "ledger.post"), "app.t", "", "strict")
+	require.NoError(t, err)
+	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_check('-2573528814301763175', 'strict')")
+}
+
+func TestNewSpecRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		lock, table, columns, policy, want string
+	}{
+		{"ledger.post", "entries", "", "strict", `table "entries": want schema.table, e.g. public.accounts`},
+		{"ledger.post", "a.b.c", "", "strict", `table "a.b.c": want schema.table`},
+		{"ledger.post", "App.entries", "", "strict", `table "App.entries": the schema must be a lowercase SQL identifier`},
+		{"ledger.post", "app.", "", "strict", `table "app.": the table name is empty`},
+		{"ledger.post", "app.my-table", "", "strict", `the table name must be a lowercase SQL identifier`},
+		{"ledger.post", "app." + strings.Repeat("x", 64), "", "strict", `is longer than PostgreSQL's 63 bytes`},
+		{"ledger.post", "app.t", "", "lenient", `policy "lenient": want strict`},
+		{"ledger.post", "app.t", "tenant_id", "strict", `lock "ledger.post" has no parameters, so it takes no -columns; got 1`},
+		{"billing.invoice", "app.t", "", "strict", `lock "billing.invoice" takes 1 parameter(s): tenant_id int64; -columns names 0 column(s)`},
+		{"billing.invoice", "app.t", "a,b", "strict", `takes 1 parameter(s): tenant_id int64; -columns names 2 column(s)`},
+		{"exports.archive", "app.t", "a,b", "strict", `takes 3 parameter(s): tenant uuid, full bool, label string; -columns names 2`},
+		{"billing.invoice", "app.t", "Tenant", "strict", `column "Tenant" must be a lowercase SQL identifier`},
+		{"billing.invoice", "app.t", "", "strict", `-columns names 0`},
+		{"billing.invoice", "app.t", "fencing_token", "strict", `column "fencing_token" is the fencing column itself`},
+		{"billing.invoice", "app.t", "a,", "strict", `column "" is empty`},
+		{"reports.readers", "app.t", "", "strict", `lock "reports.readers" is shared`},
+	} {
+		_, err := fencegen.NewSpec(declared(t, tc.lock), tc.table, tc.columns, tc.policy)
+		require.ErrorIs(t, err, fencegen.ErrInvalid, "%+v", tc)
+		require.ErrorContains(t, err, tc.want, "%+v", tc)
+	}
+}
+
+func TestNextVersion(t *testing.T) {
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.FixedZone("CET", 3600))
+	for _, tc := range []struct {
+		name  string
+		files []string
+		want  string
+	}{
+		{"empty", nil, "00001"},
+		{"no migrations", []string{"README.md", "x.sql", "abc_x.sql"}, "00001"},
+		{"padded", []string{"00001_init.sql", "00002_users.sql", "notes.txt"}, "00003"},
+		{"go migrations count", []string{"00001_init.sql", "00007_backfill.go", "00008_x_test.go"}, "00008"},
+		{"unpadded", []string{"1_init.sql", "9_more.sql"}, "10"},
+		{"wider", []string{"001_init.sql", "099_x.sql"}, "100"},
+		{"numeric order", []string{"00009_a.sql", "00010_b.sql"}, "00011"},
+		{"timestamps", []string{"20240101120000_init.sql", "20250202120000_users.sql"}, "20260304040607"},
+		{"timestamp in future", []string{"20991231235959_x.sql"}, "21000101000000"},
+		{"timestamp now", []string{"20260304040607_x.sql"}, "20260304040608"},
+	} {
+		dir := t.TempDir()
+		for _, f := range tc.files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, f), nil, 0o644))
+		}
+		got, err := fencegen.NextVersion(dir, now)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+	}
+	_, err := fencegen.NextVersion(filepath.Join(t.TempDir(), "missing"), now)
+	require.Error(t, err)
+}
+
+func TestCheckVersion(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "00002_users.sql"), nil, 0o644))
+	require.NoError(t, fencegen.CheckVersion(dir, "00003"))
+	require.NoError(t, fencegen.CheckVersion(dir, "20260101000000"))
+	for _, v := range []string{"0", "00000", "-1", "+3", "x", "3a", "", "99999999999999999999"} {
+		require.ErrorIs(t, fencegen.CheckVersion(dir, v), fencegen.ErrInvalid, v)
+	}
+	err := fencegen.CheckVersion(dir, "2")
+	require.ErrorContains(t, err, "version 2 is already used by 00002_users.sql")
+	require.False(t, errors.Is(err, fencegen.ErrInvalid))
+}
+
+func TestWriteNewNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "00001_fence_t.sql")
+	require.NoError(t, fencegen.WriteNew(path, []byte("first\n")))
+	err := fencegen.WriteNew(path, []byte("second\n"))
+	require.ErrorContains(t, err, "already exists; lockgen fence does not overwrite files")
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "first\n", string(got))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file left behind")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+}
+
+func TestGenerate(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "00001_init.sql"), nil, 0o644))
+	req := fencegen.Request{Lock: declared(t, "billing.invoice"), Table: "billing.invoice", Columns: "tenant_id", Policy: "strict", Dir: dir}
+	path, err := fencegen.Generate(req)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "00002_fence_invoice.sql"), path)
+
+	// The explicit version of an existing migration is refused.
+	req.Version = "00002"
+	_, err = fencegen.Generate(req)
+	require.ErrorContains(t, err, "version 00002 is already used by 00002_fence_invoice.sql")
+
+	req.Version, req.Dir = "", filepath.Join(dir, "missing")
+	_, err = fencegen.Generate(req)
+	require.ErrorContains(t, err, "fencegen: the migrations directory")
+}
