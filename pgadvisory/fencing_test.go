@@ -1,0 +1,1061 @@
+package pgadvisory_test
+
+// Fencing tests (research reliability.md §2, §4.4 items 3 and 4), against a
+// real PostgreSQL, over both front doors. Every guarantee has a control that
+// runs the same sequence with fencing off (a table without the trigger, or a
+// write pattern that must block) and shows the failure the checker detects.
+//
+// The tests share the package database's pgadvisory schema with the
+// migration tests, which drop it; each test therefore runs Migrate first
+// (idempotent), and none of them is parallel at the top level.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// fenPublishSQL is the runtime's publish statement (queries/fencing.sql,
+// PublishFence) without its lock_timeout wrapper: $1 lock ID, $2 token.
+const fenPublishSQL = `INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES ($1, $2)
+ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = now()
+WHERE f.token < excluded.token`
+
+// fenTx is the transaction a test's fn receives, from either front door.
+type fenTx interface {
+	exec(ctx context.Context, query string, args ...any) (int64, error)
+	queryInt(ctx context.Context, query string, args ...any) (int64, error)
+	token() (int64, bool)
+}
+
+type fenSQLTx struct{ tx *sql.Tx }
+
+func (q fenSQLTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q fenSQLTx) queryInt(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = q.tx.QueryRowContext(ctx, query, args...).Scan(&n)
+	return n, err
+}
+
+func (q fenSQLTx) token() (int64, bool) { return pgadvisory.FencingToken(q.tx) }
+
+type fenPgxTx struct{ tx pgx.Tx }
+
+func (q fenPgxTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := q.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (q fenPgxTx) queryInt(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = q.tx.QueryRow(ctx, query, args...).Scan(&n)
+	return n, err
+}
+
+func (q fenPgxTx) token() (int64, bool) { return pgadvisory.FencingTokenPgx(q.tx) }
+
+// fenDoor is one front door: the lock calls on one pool, fenced writes
+// (RunFenced) on another, as a holder writing on a second connection does.
+type fenDoor struct {
+	name      string
+	exclusive func(ctx context.Context, key int64, fn func(fenTx) error, opts ...pgadvisory.Option) error
+	fenced    func(ctx context.Context, token int64, fn func(fenTx) error) error
+	runOnce   func(ctx context.Context, key int64, window string, fn func(fenTx) error, opts ...pgadvisory.Option) error
+	session   func(ctx context.Context, key int64, opts ...pgadvisory.Option) error
+}
+
+func fenStdlibDoor(lockDB, writeDB *sql.DB) fenDoor {
+	return fenDoor{
+		name: "stdlib",
+		exclusive: func(ctx context.Context, key int64, fn func(fenTx) error, opts ...pgadvisory.Option) error {
+			return pgadvisory.RunExclusive(ctx, lockDB, key, func(tx *sql.Tx) error { return fn(fenSQLTx{tx}) }, opts...)
+		},
+		fenced: func(ctx context.Context, token int64, fn func(fenTx) error) error {
+			return pgadvisory.RunFenced(ctx, writeDB, token, func(tx *sql.Tx) error { return fn(fenSQLTx{tx}) })
+		},
+		runOnce: func(ctx context.Context, key int64, window string, fn func(fenTx) error, opts ...pgadvisory.Option) error {
+			return pgadvisory.RunOnce(ctx, lockDB, key, window, func(tx *sql.Tx) error { return fn(fenSQLTx{tx}) }, opts...)
+		},
+		session: func(ctx context.Context, key int64, opts ...pgadvisory.Option) error {
+			return pgadvisory.RunSession(ctx, lockDB, key, func(context.Context) error { return nil }, opts...)
+		},
+	}
+}
+
+func fenPgxDoor(lockPool, writePool *pgxpool.Pool) fenDoor {
+	return fenDoor{
+		name: "pgx",
+		exclusive: func(ctx context.Context, key int64, fn func(fenTx) error, opts ...pgadvisory.Option) error {
+			return pgadvisory.RunExclusivePgx(ctx, lockPool, key, func(tx pgx.Tx) error { return fn(fenPgxTx{tx}) }, opts...)
+		},
+		fenced: func(ctx context.Context, token int64, fn func(fenTx) error) error {
+			return pgadvisory.RunFencedPgx(ctx, writePool, token, func(tx pgx.Tx) error { return fn(fenPgxTx{tx}) })
+		},
+		runOnce: func(ctx context.Context, key int64, window string, fn func(fenTx) error, opts ...pgadvisory.Option) error {
+			return pgadvisory.RunOncePgx(ctx, lockPool, key, window, func(tx pgx.Tx) error { return fn(fenPgxTx{tx}) }, opts...)
+		},
+		session: func(ctx context.Context, key int64, opts ...pgadvisory.Option) error {
+			return pgadvisory.RunSessionPgx(ctx, lockPool, key, func(context.Context) error { return nil }, opts...)
+		},
+	}
+}
+
+// fenConnConfig is the package database's connection configuration with
+// extra server settings (e.g. idle_in_transaction_session_timeout).
+func fenConnConfig(t testing.TB, params map[string]string) *pgx.ConnConfig {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
+	return cfg
+}
+
+// fenOpenDB opens a small database/sql pool with params.
+func fenOpenDB(t testing.TB, params map[string]string, conns int) *sql.DB {
+	t.Helper()
+	db := stdlib.OpenDB(*fenConnConfig(t, params))
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.Ping())
+	return db
+}
+
+// fenOpenPool opens a small pgx pool with params.
+func fenOpenPool(t testing.TB, params map[string]string, conns int32) *pgxpool.Pool {
+	t.Helper()
+	return testdb.PoolConfig(t, func(c *pgxpool.Config) {
+		c.MaxConns = conns
+		for k, v := range params {
+			c.ConnConfig.RuntimeParams[k] = v
+		}
+	})
+}
+
+// fenDoors returns both front doors; params apply to the lock pools only.
+func fenDoors(t *testing.T, params map[string]string) []fenDoor {
+	t.Helper()
+	return []fenDoor{
+		fenStdlibDoor(fenOpenDB(t, params, 4), fenOpenDB(t, nil, 4)),
+		fenPgxDoor(fenOpenPool(t, params, 4), fenOpenPool(t, nil, 4)),
+	}
+}
+
+// fenMigrate applies lockgen's schema to the package database (again: the
+// migration tests drop it) and returns an admin handle.
+func fenMigrate(t testing.TB) *sql.DB {
+	t.Helper()
+	db := testdb.DB(t)
+	require.NoError(t, pgadvisory.Migrate(context.Background(), db))
+	return db
+}
+
+func fenCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// fenTable creates schema.name (id, balance, fencing_token) and, unless
+// policy is "", the fence trigger of lock key with that policy.
+func fenTable(t testing.TB, db *sql.DB, schema, name string, key int64, policy string) string {
+	t.Helper()
+	tbl := pgx.Identifier{schema, name}.Sanitize()
+	_, err := db.Exec(`CREATE TABLE ` + tbl + ` (id int PRIMARY KEY, balance int NOT NULL, fencing_token bigint)`)
+	require.NoError(t, err)
+	if policy != "" {
+		_, err = db.Exec(fmt.Sprintf(`CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON %s
+			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%d', '%s')`, tbl, key, policy))
+		require.NoError(t, err)
+	}
+	return tbl
+}
+
+// fenRow is one row of a test table.
+type fenRow struct{ balance, token int64 }
+
+// fenRows reads a test table; a NULL token reads as 0.
+func fenRows(t testing.TB, db *sql.DB, tbl string) map[int64]fenRow {
+	t.Helper()
+	rows, err := db.Query(`SELECT id, balance, COALESCE(fencing_token, 0) FROM ` + tbl)
+	require.NoError(t, err)
+	defer rows.Close()
+	got := map[int64]fenRow{}
+	for rows.Next() {
+		var id int64
+		var r fenRow
+		require.NoError(t, rows.Scan(&id, &r.balance, &r.token))
+		got[id] = r
+	}
+	require.NoError(t, rows.Err())
+	return got
+}
+
+// fenPublished is the token published for key (0: none).
+func fenPublished(t testing.TB, db *sql.DB, key int64) int64 {
+	t.Helper()
+	var tok int64
+	err := db.QueryRow(`SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, key).Scan(&tok)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	require.NoError(t, err)
+	return tok
+}
+
+// fenSeqLast is the fencing sequence's last issued value.
+func fenSeqLast(t testing.TB, db *sql.DB) int64 {
+	t.Helper()
+	var n sql.NullInt64
+	require.NoError(t, db.QueryRow(`SELECT last_value FROM pg_catalog.pg_sequences WHERE schemaname = 'pgadvisory' AND sequencename = 'fencing_token_seq'`).Scan(&n))
+	return n.Int64
+}
+
+// fenRequireCode checks that err carries the server's SQLSTATE code, through
+// the typed error and through a *pgconn.PgError.
+func fenRequireCode(t testing.TB, err error, kind error, code string) {
+	t.Helper()
+	require.Error(t, err)
+	if kind != nil {
+		require.ErrorIs(t, err, kind)
+	}
+	require.Equal(t, code, pgadvisory.SQLState(err), "%v", err)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, code, pgErr.Code)
+}
+
+// fenWait waits for a result from ch, failing t after a generous bound.
+func fenWait[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(90 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// fenBlockedBy counts the backends running a statement like pattern that
+// wait for a lock held by pid. It may run in a require.Eventually condition,
+// so it reports a failed query with t.Errorf (and -1), not FailNow.
+func fenBlockedBy(t testing.TB, db *sql.DB, pid int64, pattern string) int64 {
+	t.Helper()
+	var n int64
+	err := db.QueryRow(`SELECT count(*) FROM pg_catalog.pg_stat_activity
+		WHERE $1::int = ANY (pg_catalog.pg_blocking_pids(pid)) AND query LIKE $2`, pid, pattern).Scan(&n)
+	if err != nil {
+		t.Errorf("reading pg_stat_activity: %v", err)
+		return -1
+	}
+	return n
+}
+
+// ---- 1. Stale writer under a pause -----------------------------------------
+
+// fenWrite is one of the late writes of a paused holder, and its outcome.
+type fenWrite struct {
+	name string
+	rows int64
+	err  error
+}
+
+// fenLateWrites are the writes a paused holder with token tok attempts after
+// it lost its lock: every kind of write through RunFenced, a write carrying
+// the token in the column only, and a re-publish of the token.
+func fenLateWrites(ctx context.Context, door fenDoor, raw *sql.DB, tbl string, key, tok int64) []fenWrite {
+	through := func(name, query string) fenWrite {
+		w := fenWrite{name: name}
+		w.err = door.fenced(ctx, tok, func(tx fenTx) error {
+			n, err := tx.exec(ctx, query)
+			w.rows = n
+			return err
+		})
+		return w
+	}
+	out := []fenWrite{
+		through("insert", `INSERT INTO `+tbl+` (id, balance) VALUES (4, 400)`),
+		through("update", `UPDATE `+tbl+` SET balance = -1 WHERE id = 1`),
+		through("update_row_b_did_not_touch", `UPDATE `+tbl+` SET balance = -9 WHERE id = 9`),
+		through("delete", `DELETE FROM `+tbl+` WHERE id = 2`),
+		through("upsert", `INSERT INTO `+tbl+` (id, balance) VALUES (3, -3) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance`),
+		through("multi_row_insert", `INSERT INTO `+tbl+` (id, balance) VALUES (5, 500), (6, 600)`),
+	}
+	w := fenWrite{name: "column_token"}
+	res, err := raw.ExecContext(ctx, `INSERT INTO `+tbl+` (id, balance, fencing_token) VALUES (7, 700, $1)`, tok)
+	if w.err = err; err == nil {
+		w.rows, _ = res.RowsAffected()
+	}
+	out = append(out, w)
+	w = fenWrite{name: "republish"}
+	res, err = raw.ExecContext(ctx, fenPublishSQL, key, tok)
+	if w.err = err; err == nil {
+		w.rows, _ = res.RowsAffected()
+	}
+	return append(out, w)
+}
+
+// fenStaleWriter runs the paused-holder sequence: A takes the lock with
+// fencing, writes through another connection, pauses; A's lock backend dies
+// (terminated, or idle_in_transaction_session_timeout on lockPools); B
+// takes the lock and writes; A resumes and writes with its old token.
+// fenced=false is the control: the table has no trigger.
+func fenStaleWriter(t *testing.T, admin *sql.DB, door fenDoor, loss string, fenced bool) {
+	ctx := fenCtx(t)
+	key := testdb.Key(t)
+	policy := "strict"
+	if !fenced {
+		policy = ""
+	}
+	tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, policy)
+
+	type pause struct{ token, pid int64 }
+	paused := make(chan pause, 1)
+	resume := make(chan struct{})
+	resumeA := sync.OnceFunc(func() { close(resume) })
+	t.Cleanup(resumeA)
+	var late []fenWrite // set by A before aDone receives
+	aDone := make(chan error, 1)
+	go func() {
+		aDone <- door.exclusive(ctx, key, func(tx fenTx) error {
+			tok, ok := tx.token()
+			if !ok {
+				return errors.New("fencing test: FencingToken is false inside a fenced fn")
+			}
+			pid, err := tx.queryInt(ctx, `SELECT pg_backend_pid()`)
+			if err != nil {
+				return err
+			}
+			if err := door.fenced(ctx, tok, func(w fenTx) error {
+				_, err := w.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 100), (2, 200), (3, 300), (9, 900)`)
+				return err
+			}); err != nil {
+				return err
+			}
+			paused <- pause{tok, pid}
+			select { // the pause: GC, SIGSTOP, a slow network...
+			case <-resume:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			late = fenLateWrites(ctx, door, admin, tbl, key, tok)
+			return nil
+		}, pgadvisory.WithFencing())
+	}()
+
+	var a pause
+	select {
+	case a = <-paused:
+	case err := <-aDone:
+		t.Fatalf("A ended before its pause: %v", err)
+	}
+	// A's first write went through and is stamped with A's token.
+	before := fenRows(t, admin, tbl)
+	require.Len(t, before, 4)
+	if fenced {
+		for id, r := range before {
+			require.Equal(t, a.token, r.token, "row %d", id)
+		}
+	}
+	require.Equal(t, a.token, fenPublished(t, admin, key))
+
+	// A loses its lock without knowing it.
+	if loss == "terminate" {
+		var ok bool
+		require.NoError(t, admin.QueryRow(`SELECT pg_terminate_backend($1)`, a.pid).Scan(&ok))
+		require.True(t, ok)
+	}
+
+	// B takes the lock (as soon as the server released A's), gets a newer
+	// token, publishes it, and writes through its lock transaction and
+	// through another connection.
+	var tokB int64
+	var bErr error
+	require.Eventually(t, func() bool {
+		err := door.exclusive(ctx, key, func(tx fenTx) error {
+			tokB, _ = tx.token()
+			if _, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1000 WHERE id IN (1, 2, 3)`); err != nil {
+				return err
+			}
+			return door.fenced(ctx, tokB, func(w fenTx) error {
+				_, err := w.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (10, 1000)`)
+				return err
+			})
+		}, pgadvisory.WithFencing())
+		if err == pgadvisory.ErrLocked {
+			return false
+		}
+		bErr = err
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "B never got the lock after A lost it")
+	require.NoError(t, bErr)
+	require.Greater(t, tokB, a.token)
+	require.Equal(t, tokB, fenPublished(t, admin, key))
+	afterB := fenRows(t, admin, tbl)
+
+	// A resumes and writes with its old token.
+	resumeA()
+	aErr := fenWait(t, aDone, "A to return")
+	require.True(t, errors.Is(aErr, pgadvisory.ErrConnLost) || errors.Is(aErr, pgadvisory.ErrCommitUnknown),
+		"A's own lock transaction is gone: %v", aErr)
+	require.Len(t, late, 8)
+
+	final := fenRows(t, admin, tbl)
+	if !fenced {
+		// CONTROL: every late write lands; B's update of row 1 is lost.
+		for _, w := range late {
+			require.NoError(t, w.err, w.name)
+		}
+		require.Equal(t, int64(1100), afterB[1].balance)
+		require.Equal(t, int64(-1), final[1].balance, "lost update: A's late write overwrote B's")
+		require.NotContains(t, final, int64(2), "A's late DELETE removed B's row")
+		require.Equal(t, int64(-3), final[3].balance)
+		require.Contains(t, final, int64(4))
+		return
+	}
+	for _, w := range late {
+		switch w.name {
+		case "republish":
+			require.NoError(t, w.err)
+			require.Zero(t, w.rows, "A's re-publish must not replace B's token")
+		case "column_token":
+			fenRequireCode(t, w.err, nil, "LF001")
+		default:
+			fenRequireCode(t, w.err, pgadvisory.ErrStaleToken, "LF001")
+			var pe *pgadvisory.Error
+			require.ErrorAs(t, w.err, &pe, w.name)
+		}
+	}
+	require.Equal(t, tokB, fenPublished(t, admin, key))
+	require.Equal(t, afterB, final, "A's late writes changed nothing")
+	require.Equal(t, map[int64]fenRow{
+		1:  {1100, tokB},
+		2:  {1200, tokB},
+		3:  {1300, tokB},
+		9:  {900, a.token}, // written by A while it held the lock; B did not touch it
+		10: {1000, tokB},
+	}, final)
+}
+
+func TestFencingStaleWriterUnderPause(t *testing.T) {
+	admin := fenMigrate(t)
+	for _, loss := range []string{"terminate", "idle_timeout"} {
+		t.Run(loss, func(t *testing.T) {
+			var params map[string]string
+			if loss == "idle_timeout" {
+				params = map[string]string{"idle_in_transaction_session_timeout": "200ms"}
+			}
+			for _, door := range fenDoors(t, params) {
+				t.Run(door.name, func(t *testing.T) { fenStaleWriter(t, admin, door, loss, true) })
+			}
+		})
+	}
+}
+
+// TestFencingStaleWriterControl runs the same sequence on a table without
+// the trigger: A's late writes overwrite B's.
+func TestFencingStaleWriterControl(t *testing.T) {
+	admin := fenMigrate(t)
+	for _, door := range fenDoors(t, nil) {
+		t.Run(door.name, func(t *testing.T) { fenStaleWriter(t, admin, door, "terminate", false) })
+	}
+}
+
+// ---- 2. Publish ordering -----------------------------------------------------
+
+// fenOpenWriter starts a RunFenced transaction with token that inserts row
+// id and stays open until release is called. It returns the writer's
+// backend pid and a channel with RunFenced's result.
+func fenOpenWriter(t *testing.T, ctx context.Context, door fenDoor, tbl string, token, id int64) (pid int64, release func(), done <-chan error) {
+	t.Helper()
+	pids := make(chan int64, 1)
+	rel := make(chan struct{})
+	release = sync.OnceFunc(func() { close(rel) })
+	t.Cleanup(release)
+	res := make(chan error, 1)
+	go func() {
+		res <- door.fenced(ctx, token, func(tx fenTx) error {
+			pid, err := tx.queryInt(ctx, `SELECT pg_backend_pid()`)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES ($1, 0)`, id); err != nil {
+				return err
+			}
+			pids <- int64(pid)
+			select {
+			case <-rel:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	select {
+	case pid = <-pids:
+	case err := <-res:
+		t.Fatalf("writer ended before its write: %v", err)
+	}
+	return pid, release, res
+}
+
+// fenHolder takes the lock with fencing, optionally writes row id through
+// the lock transaction, and returns its token.
+func fenHolder(t *testing.T, ctx context.Context, door fenDoor, key int64, write func(fenTx) error) int64 {
+	t.Helper()
+	var tok int64
+	require.NoError(t, door.exclusive(ctx, key, func(tx fenTx) error {
+		tok, _ = tx.token()
+		if write != nil {
+			return write(tx)
+		}
+		return nil
+	}, pgadvisory.WithFencing()))
+	require.NotZero(t, tok)
+	return tok
+}
+
+type fenCall struct {
+	token int64
+	ran   bool
+	err   error
+}
+
+// fenStartHolder runs a fenced holder in the background that updates every
+// row of tbl through its lock transaction.
+func fenStartHolder(ctx context.Context, door fenDoor, key int64, tbl string, ran *atomic.Bool) <-chan fenCall {
+	out := make(chan fenCall, 1)
+	go func() {
+		var c fenCall
+		c.err = door.exclusive(ctx, key, func(tx fenTx) error {
+			ran.Store(true)
+			c.ran = true
+			c.token, _ = tx.token()
+			_, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1`)
+			return err
+		}, pgadvisory.WithFencing())
+		out <- c
+	}()
+	return out
+}
+
+func TestFencingPublishOrdering(t *testing.T) {
+	admin := fenMigrate(t)
+	doors := fenDoors(t, nil)
+
+	// (a) The next holder's publish waits for the write in flight with the
+	// old token, and completes once it ends; no T1 write commits after it.
+	for _, door := range doors {
+		t.Run("waits_then_succeeds/"+door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			t1 := fenHolder(t, ctx, door, key, func(tx fenTx) error {
+				_, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
+				return err
+			})
+			wPid, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 2)
+
+			var bRan atomic.Bool
+			bDone := fenStartHolder(ctx, door, key, tbl, &bRan)
+			require.Eventually(t, func() bool {
+				return fenBlockedBy(t, admin, wPid, "%INSERT INTO pgadvisory.fence%") == 1
+			}, 30*time.Second, 10*time.Millisecond, "B's publish must wait for the open T1 writer")
+			time.Sleep(200 * time.Millisecond) // the old writer stays open a while
+			require.False(t, bRan.Load(), "B's fn must not run before its token is published")
+			require.Equal(t, t1, fenPublished(t, admin, key))
+			require.Equal(t, int64(1), fenBlockedBy(t, admin, wPid, "%INSERT INTO pgadvisory.fence%"))
+
+			release()
+			require.NoError(t, fenWait(t, wDone, "the T1 writer"), "T1 was current until the writer ended")
+			b := fenWait(t, bDone, "B")
+			require.NoError(t, b.err)
+			require.Greater(t, b.token, t1)
+			require.Equal(t, b.token, fenPublished(t, admin, key))
+			// B's fn ran after the T1 write committed: it updated row 2 too.
+			require.Equal(t, map[int64]fenRow{1: {1, b.token}, 2: {1, b.token}}, fenRows(t, admin, tbl))
+
+			// Any T1 write attempted after the publish is rejected.
+			err := door.fenced(ctx, t1, func(tx fenTx) error {
+				_, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (3, 0)`)
+				return err
+			})
+			fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
+			require.Len(t, fenRows(t, admin, tbl), 2)
+		})
+	}
+
+	// (b) A publish with a short wait fails with 55P03 while the old writer
+	// is open (the statement the runtime runs, with lock_timeout 200ms).
+	t.Run("short_wait_times_out", func(t *testing.T) {
+		ctx := fenCtx(t)
+		door := doors[1]
+		key := testdb.Key(t)
+		tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+		t1 := fenHolder(t, ctx, door, key, nil)
+		_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
+
+		conn, err := admin.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		tx, err := conn.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }() // before conn.Close, which waits for tx
+		_, err = tx.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, fenPublishSQL, key, t1+1000)
+		fenRequireCode(t, err, nil, "55P03")
+
+		release()
+		require.NoError(t, fenWait(t, wDone, "the T1 writer"))
+		require.Equal(t, t1, fenPublished(t, admin, key))
+	})
+
+	// (b') Through the runtime the wait is defaultPublishTimeout (5 s): a
+	// writer that stays open longer makes the next holder fail with
+	// ErrLockTimeout at the publish step, without calling fn. Its token is
+	// never published; T1 stays current, and a later holder succeeds.
+	for _, door := range doors {
+		t.Run("runtime_publish_timeout/"+door.name, func(t *testing.T) {
+			t.Parallel() // the two doors wait their 5 s together
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			t1 := fenHolder(t, ctx, door, key, nil)
+			_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
+
+			var bRan atomic.Bool
+			b := fenWait(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B's publish to time out")
+			require.False(t, b.ran)
+			require.ErrorIs(t, b.err, pgadvisory.ErrLockTimeout)
+			require.Equal(t, "55P03", pgadvisory.SQLState(b.err))
+			var pe *pgadvisory.Error
+			require.ErrorAs(t, b.err, &pe)
+			require.Equal(t, "publish", pe.Op)
+			require.Equal(t, []int64{key}, pe.LockIDs)
+			require.Equal(t, t1, fenPublished(t, admin, key))
+
+			release()
+			require.NoError(t, fenWait(t, wDone, "the T1 writer"), "B never published: T1 is still current")
+			var cRan atomic.Bool
+			c := fenWait(t, fenStartHolder(ctx, door, key, tbl, &cRan), "C")
+			require.NoError(t, c.err)
+			require.Greater(t, c.token, t1+1, "B's unpublished token is skipped, never reused")
+			require.Equal(t, map[int64]fenRow{1: {1, c.token}}, fenRows(t, admin, tbl))
+		})
+	}
+
+	// CONTROL: without the trigger nothing orders the publish after the old
+	// writer: B publishes and finishes while the T1 writer is open, and the
+	// T1 write then commits after the newer publish.
+	for _, door := range doors {
+		t.Run("control_no_trigger/"+door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "")
+			t1 := fenHolder(t, ctx, door, key, nil)
+			_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
+
+			var bRan atomic.Bool
+			b := fenWait(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B")
+			require.NoError(t, b.err)
+			require.Equal(t, b.token, fenPublished(t, admin, key), "B published while the T1 writer was open")
+			release()
+			require.NoError(t, fenWait(t, wDone, "the T1 writer"), "the T1 write committed after the newer publish")
+			require.Contains(t, fenRows(t, admin, tbl), int64(1))
+		})
+	}
+}
+
+// ---- 3. Writers with the same token --------------------------------------------
+
+func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
+	admin := fenMigrate(t)
+	for _, door := range fenDoors(t, nil) {
+		t.Run(door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			tok := fenHolder(t, ctx, door, key, nil)
+
+			// Both writers have written (fenOpenWriter returns after the
+			// INSERT) while the other is open.
+			pid1, release1, done1 := fenOpenWriter(t, ctx, door, tbl, tok, 1)
+			pid2, release2, done2 := fenOpenWriter(t, ctx, door, tbl, tok, 2)
+			require.Zero(t, fenBlockedBy(t, admin, pid1, "%"))
+			require.Zero(t, fenBlockedBy(t, admin, pid2, "%"))
+			release2()
+			require.NoError(t, fenWait(t, done2, "writer 2"))
+			release1()
+			require.NoError(t, fenWait(t, done1, "writer 1"))
+			require.Equal(t, map[int64]fenRow{1: {0, tok}, 2: {0, tok}}, fenRows(t, admin, tbl))
+		})
+	}
+}
+
+// TestFencingSameTokenControl shows that the check above detects blocking:
+// two same-token writers of the same row do block (the row lock), and the
+// second one's write is not done while the first is open.
+func TestFencingSameTokenControl(t *testing.T) {
+	admin := fenMigrate(t)
+	door := fenDoors(t, nil)[1]
+	ctx := fenCtx(t)
+	key := testdb.Key(t)
+	tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+	tok := fenHolder(t, ctx, door, key, func(tx fenTx) error {
+		_, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
+		return err
+	})
+
+	pids := make(chan int64, 1)
+	rel := make(chan struct{})
+	release := sync.OnceFunc(func() { close(rel) })
+	t.Cleanup(release)
+	done1 := make(chan error, 1)
+	go func() {
+		done1 <- door.fenced(ctx, tok, func(tx fenTx) error {
+			pid, err := tx.queryInt(ctx, `SELECT pg_backend_pid()`)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`); err != nil {
+				return err
+			}
+			pids <- pid
+			<-rel
+			return nil
+		})
+	}()
+	pid1 := fenWait(t, pids, "writer 1")
+
+	var updated atomic.Bool
+	done2 := make(chan error, 1)
+	go func() {
+		done2 <- door.fenced(ctx, tok, func(tx fenTx) error {
+			_, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`)
+			updated.Store(true)
+			return err
+		})
+	}()
+	require.Eventually(t, func() bool {
+		return fenBlockedBy(t, admin, pid1, "%UPDATE%") == 1
+	}, 30*time.Second, 10*time.Millisecond, "a writer of the same row must block")
+	require.False(t, updated.Load(), "the blocked write is not done while the other writer is open")
+	release()
+	require.NoError(t, fenWait(t, done1, "writer 1"))
+	require.NoError(t, fenWait(t, done2, "writer 2"))
+	require.True(t, updated.Load())
+	require.Equal(t, int64(2), fenRows(t, admin, tbl)[1].balance)
+}
+
+// ---- 4. Writes without a token -----------------------------------------------
+
+func TestFencingMissingToken(t *testing.T) {
+	admin := fenMigrate(t)
+	for _, door := range fenDoors(t, nil) {
+		t.Run(door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			schema := testdb.Schema(t)
+			strict := fenTable(t, admin, schema, "strict_t", key, "strict")
+			permissive := fenTable(t, admin, schema, "permissive_t", key, "permissive")
+			tok := fenHolder(t, ctx, door, key, func(tx fenTx) error {
+				_, err := tx.exec(ctx, `INSERT INTO `+strict+` (id, balance) VALUES (1, 10)`)
+				return err
+			})
+			unfenced := func(tbl, query string) error {
+				return door.exclusive(ctx, testdb.Key(t), func(tx fenTx) error {
+					if _, ok := tx.token(); ok {
+						return errors.New("fencing test: token in an unfenced call")
+					}
+					_, err := tx.exec(ctx, fmt.Sprintf(query, tbl))
+					return err
+				})
+			}
+
+			// Strict: a write that carries no token is refused, through
+			// the runtime (typed) and from plain code (SQLSTATE).
+			for _, q := range []string{
+				`INSERT INTO %s (id, balance) VALUES (2, 20)`,
+				`DELETE FROM %s WHERE id = 1`,
+			} {
+				fenRequireCode(t, unfenced(strict, q), pgadvisory.ErrMissingToken, "LF002")
+				_, err := admin.ExecContext(ctx, fmt.Sprintf(q, strict))
+				fenRequireCode(t, err, nil, "LF002")
+			}
+			// A legacy UPDATE that does not set the column inherits the
+			// row's token: accepted while that token is current...
+			require.NoError(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`))
+			// ...and refused once a newer holder published.
+			tok2 := fenHolder(t, ctx, door, key, nil)
+			require.Greater(t, tok2, tok)
+			fenRequireCode(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`), pgadvisory.ErrStaleToken, "LF001")
+			require.Equal(t, map[int64]fenRow{1: {11, tok}}, fenRows(t, admin, strict))
+
+			// Permissive: the same token-less writes are accepted and left
+			// unstamped; a stale token is still refused.
+			require.NoError(t, unfenced(permissive, `INSERT INTO %s (id, balance) VALUES (2, 20)`))
+			_, err := admin.ExecContext(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (3, 30)`)
+			require.NoError(t, err)
+			_, err = admin.ExecContext(ctx, `DELETE FROM `+permissive+` WHERE id = 3`)
+			require.NoError(t, err)
+			require.Equal(t, map[int64]fenRow{2: {20, 0}}, fenRows(t, admin, permissive))
+			err = door.fenced(ctx, tok, func(tx fenTx) error {
+				_, err := tx.exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
+				return err
+			})
+			fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
+			require.NoError(t, door.fenced(ctx, tok2, func(tx fenTx) error {
+				_, err := tx.exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
+				return err
+			}))
+			require.Equal(t, map[int64]fenRow{2: {20, 0}, 4: {40, tok2}}, fenRows(t, admin, permissive))
+		})
+	}
+}
+
+// TestFencingTruncateGuard: TRUNCATE fires no row trigger; the statement
+// guard refuses it without the current token (strict), like a DELETE.
+func TestFencingTruncateGuard(t *testing.T) {
+	admin := fenMigrate(t)
+	door := fenDoors(t, nil)[0]
+	ctx := fenCtx(t)
+	key := testdb.Key(t)
+	schema := testdb.Schema(t)
+	guard := func(tbl, policy string) {
+		_, err := admin.Exec(fmt.Sprintf(`CREATE TRIGGER fence_truncate BEFORE TRUNCATE ON %s
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('%d', '%s')`, tbl, key, policy))
+		require.NoError(t, err)
+	}
+	strict := fenTable(t, admin, schema, "strict_t", key, "strict")
+	guard(strict, "strict")
+	permissive := fenTable(t, admin, schema, "permissive_t", key, "permissive")
+	guard(permissive, "permissive")
+	unguarded := fenTable(t, admin, schema, "unguarded_t", key, "strict")
+	tok := fenHolder(t, ctx, door, key, func(tx fenTx) error {
+		for _, tbl := range []string{strict, permissive, unguarded} {
+			if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	_, err := admin.ExecContext(ctx, `TRUNCATE `+strict)
+	fenRequireCode(t, err, nil, "LF002")
+	// CONTROL: the row trigger alone does not see TRUNCATE.
+	_, err = admin.ExecContext(ctx, `TRUNCATE `+unguarded)
+	require.NoError(t, err)
+	require.Empty(t, fenRows(t, admin, unguarded))
+	_, err = admin.ExecContext(ctx, `TRUNCATE `+permissive)
+	require.NoError(t, err)
+
+	tok2 := fenHolder(t, ctx, door, key, nil)
+	err = door.fenced(ctx, tok, func(tx fenTx) error {
+		_, err := tx.exec(ctx, `TRUNCATE `+strict)
+		return err
+	})
+	fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
+	require.Len(t, fenRows(t, admin, strict), 1)
+	require.NoError(t, door.fenced(ctx, tok2, func(tx fenTx) error {
+		_, err := tx.exec(ctx, `TRUNCATE `+strict)
+		return err
+	}))
+	require.Empty(t, fenRows(t, admin, strict))
+}
+
+// ---- 5. Tokens -------------------------------------------------------------------
+
+func TestFencingTokens(t *testing.T) {
+	admin := fenMigrate(t)
+	doors := fenDoors(t, nil)
+
+	t.Run("increase_across_holders", func(t *testing.T) {
+		ctx := fenCtx(t)
+		key := testdb.Key(t)
+		var prev int64
+		for i := range 6 {
+			door := doors[i%2]
+			tok := fenHolder(t, ctx, door, key, nil)
+			require.Greater(t, tok, prev, "holder %d (%s)", i, door.name)
+			require.Equal(t, tok, fenPublished(t, admin, key))
+			prev = tok
+		}
+	})
+
+	for _, door := range doors {
+		t.Run("inside_fn/"+door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			var inside fenTx
+			var tok, setting int64
+			var ok bool
+			require.NoError(t, door.exclusive(ctx, key, func(tx fenTx) error {
+				inside = tx
+				tok, ok = tx.token()
+				var err error
+				setting, err = tx.queryInt(ctx, `SELECT current_setting('pgadvisory.fencing_token')::bigint`)
+				if err != nil {
+					return err
+				}
+				// The lock transaction's own writes carry the token.
+				_, err = tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`)
+				return err
+			}, pgadvisory.WithFencing()))
+			require.True(t, ok)
+			require.Positive(t, tok)
+			require.Equal(t, tok, setting)
+			require.Equal(t, map[int64]fenRow{1: {10, tok}}, fenRows(t, admin, tbl))
+			_, ok = inside.token()
+			require.False(t, ok, "no token once fn has returned")
+
+			// An unfenced call has no token and sets none.
+			require.NoError(t, door.exclusive(ctx, key, func(tx fenTx) error {
+				_, ok = tx.token()
+				setting, err := tx.queryInt(ctx, `SELECT count(*) FROM (SELECT NULLIF(current_setting('pgadvisory.fencing_token', true), '') AS s) x WHERE s IS NOT NULL`)
+				if err == nil && setting != 0 {
+					err = errors.New("fencing test: unfenced transaction carries a token")
+				}
+				return err
+			}))
+			require.False(t, ok)
+			tokNil, okNil := pgadvisory.FencingToken(nil)
+			require.False(t, okNil)
+			require.Zero(t, tokNil)
+			_, okNil = pgadvisory.FencingTokenPgx(nil)
+			require.False(t, okNil)
+		})
+	}
+
+	for _, door := range doors {
+		t.Run("contended_draws_nothing/"+door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			entered := make(chan int64, 1)
+			rel := make(chan struct{})
+			release := sync.OnceFunc(func() { close(rel) })
+			t.Cleanup(release)
+			done := make(chan error, 1)
+			go func() {
+				done <- door.exclusive(ctx, key, func(tx fenTx) error {
+					tok, _ := tx.token()
+					entered <- tok
+					<-rel
+					return nil
+				}, pgadvisory.WithFencing())
+			}()
+			held := fenWait(t, entered, "the holder")
+			seq := fenSeqLast(t, admin)
+			called := false
+			for range 3 {
+				err := door.exclusive(ctx, key, func(fenTx) error { called = true; return nil }, pgadvisory.WithFencing())
+				require.Equal(t, pgadvisory.ErrLocked, err)
+			}
+			require.False(t, called)
+			require.Equal(t, seq, fenSeqLast(t, admin), "a contended call must not draw a token")
+			require.Equal(t, held, fenPublished(t, admin, key), "nor publish one")
+			// CONTROL: the sequence check sees a call that draws.
+			fenHolder(t, ctx, door, testdb.Key(t), nil)
+			require.Greater(t, fenSeqLast(t, admin), seq)
+			release()
+			require.NoError(t, fenWait(t, done, "the holder"))
+		})
+	}
+
+	for _, door := range doors {
+		t.Run("session_lock_refused/"+door.name, func(t *testing.T) {
+			err := door.session(fenCtx(t), testdb.Key(t), pgadvisory.WithFencing())
+			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
+		})
+	}
+
+	t.Run("invalid_run_fenced", func(t *testing.T) {
+		ctx := fenCtx(t)
+		noop := func(*sql.Tx) error { return nil }
+		require.ErrorIs(t, pgadvisory.RunFenced(ctx, nil, 1, noop), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunFenced(ctx, admin, 1, nil), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunFencedPgx(ctx, nil, 1, func(pgx.Tx) error { return nil }), pgadvisory.ErrInvalidArgument)
+	})
+
+	t.Run("not_migrated", func(t *testing.T) {
+		ctx := fenCtx(t)
+		name := fenThrowawayDatabase(t)
+		cfg := fenConnConfig(t, nil)
+		cfg.Database = name
+		db := stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { _ = db.Close() })
+		pcfg, err := pgxpool.ParseConfig(testdb.URL(t))
+		require.NoError(t, err)
+		pcfg.ConnConfig.Database = name
+		pcfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		// Close the pools before the database is dropped (cleanups run last-in first-out).
+		t.Cleanup(func() { _ = db.Close(); pool.Close() })
+
+		for _, door := range []fenDoor{fenStdlibDoor(db, db), fenPgxDoor(pool, pool)} {
+			called := false
+			fn := func(fenTx) error { called = true; return nil }
+			err := door.exclusive(ctx, testdb.Key(t), fn, pgadvisory.WithFencing())
+			require.ErrorIs(t, err, pgadvisory.ErrNotMigrated, door.name)
+			err = door.runOnce(ctx, testdb.Key(t), "2026-12-02", fn)
+			require.ErrorIs(t, err, pgadvisory.ErrNotMigrated, door.name)
+			require.False(t, called)
+			// CONTROL: an unfenced call works there.
+			require.NoError(t, door.exclusive(ctx, testdb.Key(t), fn))
+			require.True(t, called)
+		}
+	})
+}
+
+// fenThrowawayDatabase creates an empty database (no lockgen schema) on the
+// test server and drops it when t ends.
+func fenThrowawayDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := fenCtx(t)
+	conn, err := pgx.Connect(ctx, testdb.ServerURL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	name := "lockgen_test_nomigrate_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, testdb.ServerURL())
+		if err != nil {
+			t.Logf("dropping %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("dropping %s: %v", name, err)
+		}
+	})
+	return name
+}

@@ -1,0 +1,410 @@
+package pgadvisory_test
+
+// Run-once tests: RunOnce / RunOncePgx against a real PostgreSQL, with the
+// control that shows what the ledger prevents (plain RunExclusive runs the
+// report again when replicas fire seconds apart), and the window helpers.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// roReplica is one service replica: its own pool, one front door.
+type roReplica struct {
+	name string
+	door fenDoor
+}
+
+// roReplicas opens n replicas, alternating database/sql and pgx, each with
+// its own two-connection pool (the lock transaction and the publish).
+func roReplicas(t *testing.T, n int) []roReplica {
+	t.Helper()
+	out := make([]roReplica, n)
+	for i := range out {
+		var door fenDoor
+		if i%2 == 0 {
+			db := fenOpenDB(t, nil, 2)
+			door = fenStdlibDoor(db, db)
+		} else {
+			pool := fenOpenPool(t, nil, 2)
+			door = fenPgxDoor(pool, pool)
+		}
+		out[i] = roReplica{name: fmt.Sprintf("replica-%d-%s", i, door.name), door: door}
+	}
+	return out
+}
+
+// roLedgerRow is a row of pgadvisory.run_once.
+type roLedgerRow struct {
+	lockID            int64
+	window            string
+	token             sql.NullInt64
+	holder            string
+	started, finished time.Time
+	ordered           bool // started_at <= finished_at, compared by the server
+}
+
+func roLedger(t testing.TB, db *sql.DB, key int64) []roLedgerRow {
+	t.Helper()
+	rows, err := db.Query(`SELECT lock_id, window_key, token, holder, started_at, finished_at, started_at <= finished_at
+		FROM pgadvisory.run_once WHERE lock_id = $1 ORDER BY window_key`, key)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []roLedgerRow
+	for rows.Next() {
+		var r roLedgerRow
+		require.NoError(t, rows.Scan(&r.lockID, &r.window, &r.token, &r.holder, &r.started, &r.finished, &r.ordered))
+		out = append(out, r)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// roReportTable is the report the job writes: one row per run.
+func roReportTable(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	tbl := pgx.Identifier{testdb.Schema(t), "reports"}.Sanitize()
+	_, err := db.Exec(`CREATE TABLE ` + tbl + ` (replica text NOT NULL, token bigint)`)
+	require.NoError(t, err)
+	return tbl
+}
+
+func roCount(t testing.TB, db *sql.DB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.QueryRow(query, args...).Scan(&n))
+	return n
+}
+
+// roOutcome is what one replica's call returned.
+type roOutcome struct {
+	replica string
+	err     error
+	late    bool
+}
+
+// roFire fires the daily report on every replica: the first five start
+// after random delays within 0.8 s, the last three after the first success
+// has committed (plus random delays up to 1.2 s, retrying on ErrLocked), so
+// the calls spread over about 2 s and some of them come after the report is
+// done. The job writes
+// one report row through the lock transaction and then holds the lock until
+// some replica has been turned away with ErrLocked, so contention happens in
+// every run. runOnce=false is the control: plain RunExclusive, no ledger.
+func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, window, tbl string, runOnce bool, opts func(i int) []pgadvisory.Option) (outcomes []roOutcome, calls int64, tokens map[string]int64) {
+	t.Helper()
+	var (
+		nCalls      atomic.Int64
+		mu          sync.Mutex
+		lockedOnce  sync.Once
+		successOnce sync.Once
+		locked      = make(chan struct{})
+		success     = make(chan struct{})
+		wg          sync.WaitGroup
+	)
+	tokens = map[string]int64{}
+	outcomes = make([]roOutcome, len(replicas))
+	for i, r := range replicas {
+		late := i >= 5
+		delay := time.Duration(rand.Int64N(int64(800 * time.Millisecond)))
+		if late {
+			delay = time.Duration(rand.Int64N(int64(1200 * time.Millisecond)))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if late {
+				select {
+				case <-success:
+				case <-ctx.Done():
+				}
+			}
+			time.Sleep(delay)
+			job := func(tx fenTx) error {
+				nCalls.Add(1)
+				tok, _ := tx.token()
+				mu.Lock()
+				tokens[r.name] = tok
+				mu.Unlock()
+				if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (replica, token) VALUES ($1, NULLIF($2::bigint, 0))`, r.name, tok); err != nil {
+					return err
+				}
+				select { // hold the lock until someone was turned away
+				case <-locked:
+				case <-time.After(20 * time.Second):
+				}
+				return nil
+			}
+			call := func() error {
+				if runOnce {
+					return r.door.runOnce(ctx, key, window, job, opts(i)...)
+				}
+				return r.door.exclusive(ctx, key, job, opts(i)...)
+			}
+			err := call()
+			// A late replica retries while it meets ErrLocked, as a cron
+			// retry would, so that it gets a definite answer.
+			for tries := 0; late && err == pgadvisory.ErrLocked && tries < 200; tries++ {
+				time.Sleep(25 * time.Millisecond)
+				err = call()
+			}
+			switch {
+			case err == nil:
+				successOnce.Do(func() { close(success) })
+			case err == pgadvisory.ErrLocked:
+				lockedOnce.Do(func() { close(locked) })
+			}
+			outcomes[i] = roOutcome{replica: r.name, err: err, late: late}
+		}()
+	}
+	wg.Wait()
+	return outcomes, nCalls.Load(), tokens
+}
+
+func TestRunOnceReplicas(t *testing.T) {
+	admin := fenMigrate(t)
+	replicas := roReplicas(t, 8)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	defaultHolder := fmt.Sprintf("%s/%d", host, os.Getpid())
+
+	for _, tc := range []struct {
+		name   string
+		fenced bool
+	}{{"fenced_named_holders", true}, {"unfenced_default_holder", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			key := testdb.Key(t)
+			tbl := roReportTable(t, admin)
+			window := pgadvisory.DailyWindow(time.Now(), nil)
+			opts := func(i int) []pgadvisory.Option {
+				if tc.fenced {
+					return []pgadvisory.Option{pgadvisory.WithFencing(), pgadvisory.WithHolder(replicas[i].name)}
+				}
+				return nil
+			}
+			outcomes, calls, tokens := roFire(t, ctx, replicas, key, window, tbl, true, opts)
+
+			var winner string
+			var nLocked, nDone, nLateDone int
+			for _, o := range outcomes {
+				switch {
+				case o.err == nil:
+					require.Empty(t, winner, "a second success: %s and %s", winner, o.replica)
+					winner = o.replica
+				case o.err == pgadvisory.ErrLocked:
+					nLocked++
+				case o.err == pgadvisory.ErrAlreadyDone:
+					nDone++
+					if o.late {
+						nLateDone++
+					}
+				default:
+					t.Fatalf("%s: unexpected error %v", o.replica, o.err)
+				}
+			}
+			t.Logf("winner %s, %d ErrLocked, %d ErrAlreadyDone", winner, nLocked, nDone)
+			require.NotEmpty(t, winner)
+			require.Equal(t, int64(1), calls, "exactly one fn ran")
+			require.Positive(t, nLocked, "some replicas fired while the report ran")
+			require.Equal(t, 3, nLateDone, "every replica that fired after the success was told it is done")
+			require.Equal(t, int64(1), roCount(t, admin, `SELECT count(*) FROM `+tbl))
+
+			ledger := roLedger(t, admin, key)
+			require.Len(t, ledger, 1)
+			row := ledger[0]
+			require.Equal(t, window, row.window)
+			require.True(t, row.ordered, "started_at <= finished_at")
+			if tc.fenced {
+				require.True(t, row.token.Valid)
+				require.Equal(t, tokens[winner], row.token.Int64)
+				require.Equal(t, winner, row.holder)
+			} else {
+				require.False(t, row.token.Valid)
+				require.Equal(t, defaultHolder, row.holder)
+			}
+		})
+	}
+
+	// CONTROL: the same replicas with plain RunExclusive (no ledger) run
+	// the report again when they fire after it finished.
+	t.Run("control_run_exclusive", func(t *testing.T) {
+		ctx := fenCtx(t)
+		key := testdb.Key(t)
+		tbl := roReportTable(t, admin)
+		outcomes, calls, _ := roFire(t, ctx, replicas, key, "", tbl, false, func(int) []pgadvisory.Option { return nil })
+		for _, o := range outcomes {
+			if o.late {
+				require.NoError(t, o.err, o.replica)
+			}
+		}
+		require.GreaterOrEqual(t, calls, int64(4), "without the ledger the report runs again (1 + 3 late replicas)")
+		require.Equal(t, calls, roCount(t, admin, `SELECT count(*) FROM `+tbl))
+		require.Empty(t, roLedger(t, admin, key))
+	})
+}
+
+func TestRunOnceLedger(t *testing.T) {
+	admin := fenMigrate(t)
+	for _, door := range fenDoors(t, nil) {
+		t.Run(door.name, func(t *testing.T) {
+			ctx := fenCtx(t)
+			tbl := roReportTable(t, admin)
+			var calls atomic.Int64
+			job := func(fail error) func(fenTx) error {
+				return func(tx fenTx) error {
+					calls.Add(1)
+					if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ($1)`, door.name); err != nil {
+						return err
+					}
+					return fail
+				}
+			}
+
+			t.Run("failed_run_leaves_no_row", func(t *testing.T) {
+				key := testdb.Key(t)
+				calls.Store(0)
+				boom := errors.New("report failed")
+				err := door.runOnce(ctx, key, "2026-12-02", job(boom))
+				require.ErrorIs(t, err, boom)
+				require.Empty(t, roLedger(t, admin, key))
+				require.Equal(t, int64(0), roCount(t, admin, `SELECT count(*) FROM `+tbl))
+
+				require.NoError(t, door.runOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Len(t, roLedger(t, admin, key), 1)
+				require.Equal(t, pgadvisory.ErrAlreadyDone, door.runOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Equal(t, int64(2), calls.Load(), "the third call did not run fn")
+
+				// A different window runs again.
+				require.NoError(t, door.runOnce(ctx, key, "2026-12-03", job(nil)))
+				require.Equal(t, int64(3), calls.Load())
+				ledger := roLedger(t, admin, key)
+				require.Len(t, ledger, 2)
+				require.Equal(t, []string{"2026-12-02", "2026-12-03"}, []string{ledger[0].window, ledger[1].window})
+				_, err = admin.Exec(`DELETE FROM ` + tbl)
+				require.NoError(t, err)
+			})
+
+			t.Run("row_inserted_by_hand", func(t *testing.T) {
+				key := testdb.Key(t)
+				calls.Store(0)
+				_, err := admin.Exec(`INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
+					VALUES ($1, '2026-12-02', 'by hand', now(), now())`, key)
+				require.NoError(t, err)
+				require.Equal(t, pgadvisory.ErrAlreadyDone, door.runOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Zero(t, calls.Load(), "fn is not called")
+				// CONTROL: the ledger check is what stopped it.
+				require.NoError(t, door.runOnce(ctx, key, "2026-12-01", job(nil)))
+				require.Equal(t, int64(1), calls.Load())
+				_, err = admin.Exec(`DELETE FROM ` + tbl)
+				require.NoError(t, err)
+			})
+
+			t.Run("row_inserted_during_fn", func(t *testing.T) {
+				// Code that bypasses the lock records a success while fn
+				// runs: the primary key turns our record into
+				// ErrAlreadyDone and fn's writes roll back.
+				key := testdb.Key(t)
+				err := door.runOnce(ctx, key, "2026-12-02", func(tx fenTx) error {
+					if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ('doomed')`); err != nil {
+						return err
+					}
+					_, err := admin.ExecContext(ctx, `INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
+						VALUES ($1, '2026-12-02', 'bypass', now(), now())`, key)
+					return err
+				})
+				require.Equal(t, pgadvisory.ErrAlreadyDone, err)
+				require.Equal(t, int64(0), roCount(t, admin, `SELECT count(*) FROM `+tbl+` WHERE replica = 'doomed'`))
+				ledger := roLedger(t, admin, key)
+				require.Len(t, ledger, 1)
+				require.Equal(t, "bypass", ledger[0].holder)
+			})
+
+			t.Run("invalid_arguments", func(t *testing.T) {
+				calls.Store(0)
+				err := door.runOnce(ctx, testdb.Key(t), "", job(nil))
+				require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
+				require.Zero(t, calls.Load())
+			})
+		})
+	}
+
+	t.Run("nil_handles_and_lock_methods", func(t *testing.T) {
+		ctx := fenCtx(t)
+		noop := func(*sql.Tx) error { return nil }
+		require.ErrorIs(t, pgadvisory.RunOnce(ctx, nil, 1, "w", noop), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunOncePgx(ctx, nil, 1, "w", func(pgx.Tx) error { return nil }), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunOnce(ctx, admin, 1, "w", nil), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunOncePgx(ctx, testdb.Pool(t), 1, "w", nil), pgadvisory.ErrInvalidArgument)
+
+		// Lock.RunOnce and Lock.RunOncePgx share one ledger row per window.
+		l := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
+		pool := fenOpenPool(t, nil, 2)
+		require.NoError(t, l.RunOnce(ctx, admin, "2026-12-02", noop, pgadvisory.WithHolder("lock-method")))
+		require.Equal(t, pgadvisory.ErrAlreadyDone, l.RunOncePgx(ctx, pool, "2026-12-02", func(pgx.Tx) error { return nil }))
+		ledger := roLedger(t, admin, l.ID)
+		require.Len(t, ledger, 1)
+		require.Equal(t, "lock-method", ledger[0].holder)
+	})
+}
+
+func TestRunOnceWindows(t *testing.T) {
+	tokyo := time.FixedZone("JST", 9*3600)
+	la := time.FixedZone("PST", -8*3600)
+	// 2026-12-31 23:30 UTC is already 2027-01-01 in Tokyo and still
+	// 2026-12-31 in Los Angeles.
+	nye := time.Date(2026, 12, 31, 23, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"daily_utc", pgadvisory.DailyWindow(nye, time.UTC), "2026-12-31"},
+		{"daily_nil_is_utc", pgadvisory.DailyWindow(nye, nil), "2026-12-31"},
+		{"daily_tokyo", pgadvisory.DailyWindow(nye, tokyo), "2027-01-01"},
+		{"daily_la", pgadvisory.DailyWindow(nye, la), "2026-12-31"},
+		{"daily_input_zone_ignored", pgadvisory.DailyWindow(nye.In(tokyo), nil), "2026-12-31"},
+		{"hourly_utc", pgadvisory.HourlyWindow(nye, nil), "2026-12-31T23"},
+		{"hourly_tokyo", pgadvisory.HourlyWindow(nye, tokyo), "2027-01-01T08"},
+		{"hourly_la", pgadvisory.HourlyWindow(nye, la), "2026-12-31T15"},
+		{"monthly_utc", pgadvisory.MonthlyWindow(nye, nil), "2026-12"},
+		{"monthly_tokyo", pgadvisory.MonthlyWindow(nye, tokyo), "2027-01"},
+		// ISO weeks: 2026 has 53 (it starts on a Thursday), and
+		// 2027-01-01 (a Friday) is still in 2026-W53.
+		{"weekly_utc", pgadvisory.WeeklyWindow(nye, nil), "2026-W53"},
+		{"weekly_tokyo_iso_year", pgadvisory.WeeklyWindow(nye, tokyo), "2026-W53"},
+		{"weekly_new_iso_year", pgadvisory.WeeklyWindow(time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC), nil), "2027-W01"},
+		// Sunday 2026-12-27 20:00 UTC is Monday in Tokyo: a new ISO week.
+		{"weekly_sunday_utc", pgadvisory.WeeklyWindow(time.Date(2026, 12, 27, 20, 0, 0, 0, time.UTC), nil), "2026-W52"},
+		{"weekly_monday_tokyo", pgadvisory.WeeklyWindow(time.Date(2026, 12, 27, 20, 0, 0, 0, time.UTC), tokyo), "2026-W53"},
+		{"weekly_padded", pgadvisory.WeeklyWindow(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC), nil), "2026-W02"},
+	} {
+		require.Equal(t, tc.want, tc.got, tc.name)
+	}
+
+	// Replicas in different zones agree when they pass the business zone.
+	instant := time.Date(2026, 12, 1, 23, 30, 0, 0, time.UTC)
+	require.Equal(t, pgadvisory.DailyWindow(instant.In(la), tokyo), pgadvisory.DailyWindow(instant.In(tokyo), tokyo))
+	require.Equal(t, "2026-12-02", pgadvisory.DailyWindow(instant.In(la), tokyo))
+	// CONTROL: formatting each replica's local time disagrees.
+	require.NotEqual(t, instant.In(la).Format("2006-01-02"), instant.In(tokyo).Format("2006-01-02"))
+
+	// A real zone from the tz database, if the system has it.
+	if berlin, err := time.LoadLocation("Europe/Berlin"); err == nil {
+		require.Equal(t, "2027-01-01", pgadvisory.DailyWindow(nye, berlin))
+	}
+}
