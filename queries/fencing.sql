@@ -1,7 +1,3 @@
--- Queries lockgen's runtime (package pgadvisory) runs for fencing tokens.
--- sqlc generates Go for them into internal/sqlcstd (database/sql) and
--- internal/sqlcpgx (pgx/v5); see sqlc.yaml.
-
 -- name: PublishFence :execrows
 -- Publishes token as lock_id's current fencing token, unless a newer one is
 -- already published (0 rows: the caller is stale). It waits at most

@@ -1,5 +1,3 @@
--- Queries lockgen's runtime runs for the run-once ledger.
-
 -- name: RunOnceDone :one
 -- Whether a successful run of lock_id in window_key is recorded. Runs in the
 -- lock transaction after the lock statement, so (at READ COMMITTED) it sees

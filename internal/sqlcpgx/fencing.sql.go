@@ -10,7 +10,6 @@ import (
 )
 
 const publishFence = `-- name: PublishFence :execrows
-
 INSERT INTO pgadvisory.fence AS f (lock_id, token)
 SELECT $1::bigint, $2::bigint
 FROM (SELECT set_config('lock_timeout', $3::text, true)) AS timeout
@@ -25,9 +24,6 @@ type PublishFenceParams struct {
 	LockTimeout string
 }
 
-// Queries lockgen's runtime (package pgadvisory) runs for fencing tokens.
-// sqlc generates Go for them into internal/sqlcstd (database/sql) and
-// internal/sqlcpgx (pgx/v5); see sqlc.yaml.
 // Publishes token as lock_id's current fencing token, unless a newer one is
 // already published (0 rows: the caller is stale). It waits at most
 // lock_timeout for writes still in flight with the previous token (they hold

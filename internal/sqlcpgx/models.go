@@ -5,15 +5,38 @@
 package sqlcpgx
 
 import (
+	"net/netip"
+
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// lockgen fencing: the published (current) token per advisory-lock ID. A holder publishes with INSERT .. ON CONFLICT (lock_id) DO UPDATE .. WHERE fence.token < excluded.token; the fence triggers accept only writes carrying this token and read the row FOR SHARE, so a publish waits for writes still in flight with the previous token.
 type PgadvisoryFence struct {
 	LockID      int64
 	Token       int64
 	PublishedAt pgtype.Timestamptz
 }
 
+// lockgen registry: the name of each known advisory-lock ID. Plain locks have NULL params and declared_params; a registered instance of a parameterized lock has params, its canonical parameter text by name ({"tenant_id": "42"}), and the declared_params it was registered with (they define the ID). An ID registered again under another name (a rename that kept the ID) takes the last name registered. pgadvisory.status looks names up here.
+type PgadvisoryRegistry struct {
+	LockID         int64
+	Name           string
+	Params         []byte
+	DeclaredParams []byte
+	Doc            pgtype.Text
+	RegisteredAt   pgtype.Timestamptz
+}
+
+// lockgen registry: one row per declared lock, filled by pgadvisory.Register or lockgen register. A plain lock has lock_id and NULL declared_params; a parameterized lock has NULL lock_id and declared_params, its parameters in declaration order: [{"name": "tenant_id", "type": "int64"}]. Rows are added and updated, never deleted by lockgen (several services may share the database); delete a retired declaration by hand.
+type PgadvisoryRegistryDeclaration struct {
+	Name           string
+	LockID         pgtype.Int8
+	DeclaredParams []byte
+	Doc            pgtype.Text
+	RegisteredAt   pgtype.Timestamptz
+}
+
+// lockgen run-once ledger: one row per successful run of a lock in a window (e.g. a day). The row is written in the lock transaction, so it commits with the run's work; the primary key makes a second successful run of the same lock and window impossible.
 type PgadvisoryRunOnce struct {
 	LockID     int64
 	WindowKey  string
@@ -21,4 +44,23 @@ type PgadvisoryRunOnce struct {
 	Holder     string
 	StartedAt  pgtype.Timestamptz
 	FinishedAt pgtype.Timestamptz
+}
+
+// lockgen: advisory locks (bigint keys) held or awaited in this database, one row per backend, key and mode, named from pgadvisory.registry (name NULL: an unregistered key; see lock_id). waiting = NOT granted; blocked_by = pg_blocking_pids(pid), the backends this one waits for on any lock. pg_locks cannot tell session-level from transaction-level holds (one row for both, whatever the hold count). pg_locks and pg_stat_activity are not read atomically: a backend that just ended may show NULL activity columns.
+type PgadvisoryStatus struct {
+	LockID          int32
+	Name            pgtype.Text
+	Params          []byte
+	DeclaredParams  []byte
+	Mode            pgtype.Text
+	Granted         pgtype.Bool
+	Waiting         pgtype.Bool
+	Pid             pgtype.Int4
+	ApplicationName pgtype.Text
+	ClientAddr      *netip.Addr
+	XactStart       pgtype.Timestamptz
+	XactAge         int32
+	State           pgtype.Text
+	WaitEvent       pgtype.Text
+	BlockedBy       interface{}
 }

@@ -40,7 +40,6 @@ func (q *Queries) RecordRun(ctx context.Context, db DBTX, arg RecordRunParams) e
 }
 
 const runOnceDone = `-- name: RunOnceDone :one
-
 SELECT EXISTS (
   SELECT 1 FROM pgadvisory.run_once
   WHERE lock_id = $1::bigint AND window_key = $2::text
@@ -52,7 +51,6 @@ type RunOnceDoneParams struct {
 	WindowKey string
 }
 
-// Queries lockgen's runtime runs for the run-once ledger.
 // Whether a successful run of lock_id in window_key is recorded. Runs in the
 // lock transaction after the lock statement, so (at READ COMMITTED) it sees
 // every run committed before the lock was granted.
