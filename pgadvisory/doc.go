@@ -53,10 +53,23 @@
 // [RunExclusiveRepo] and [RunExclusiveRepoPgx] run a sqlc-style repository
 // (New(DBTX) or WithTx) under a lock in one line.
 //
+// # Fencing and run-once
+//
+// A lock cannot stop a holder that paused past losing it. [WithFencing]
+// draws a fencing token in the lock statement, publishes it durably before
+// fn runs, and tables fenced with lockgen's trigger (see cmd/lockgen fence)
+// then reject every write that carries an older token ([ErrStaleToken],
+// SQLSTATE LF001). fn reads the token with [FencingToken]; other connections
+// and processes carry it with [RunFenced] or [SetFencingToken].
+//
+// [RunOnce] runs fn at most once successfully per (lock, window), such as
+// the day from [DailyWindow], however the replicas' timing falls
+// ([ErrAlreadyDone]). Both need lockgen's schema: call [Migrate] at start-up.
+//
 // # What a lock cannot do
 //
 // The lock protects what fn writes through its transaction. Work done on
 // other connections, in other stores or by a process that paused past losing
-// its lock is not protected by any lock; it needs fencing tokens checked
-// where the data lives.
+// its lock is not protected by any lock; it needs the fencing tokens above,
+// checked where the data lives.
 package pgadvisory
