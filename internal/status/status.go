@@ -1,0 +1,209 @@
+// Package status reads the advisory locks held and awaited in a database, by
+// declared name, from the view pgadvisory.status (migration 00003), and
+// formats them for people (a table) and for tools (JSON). It is the body of
+// lockgen status; the SQL lives in the view, so psql users see the same rows.
+package status
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// Lock is one row of pgadvisory.status: one backend holding or awaiting one
+// advisory lock (bigint key) in one mode.
+type Lock struct {
+	LockID int64
+	// Name is the registered name of LockID; "" when the ID is not in
+	// pgadvisory.registry (an unregistered instance of a parameterized lock,
+	// or a key lockgen did not declare).
+	Name string
+	// Params are a registered instance's parameters in declaration order;
+	// nil for plain and unregistered locks.
+	Params []Param
+
+	Mode    string // "exclusive" or "shared" (pg_locks' mode otherwise)
+	Granted bool   // false: waiting for the lock
+
+	PID        int       // backend holding or awaiting the lock; 0 when unknown
+	AppName    string    // application_name
+	ClientAddr string    // client address; "" for Unix sockets or when not visible
+	XactStart  time.Time // start of the backend's transaction; zero outside one (an idle session-level holder) or when not visible
+	XactAge    time.Duration
+	State      string // backend state: active, idle in transaction, idle, …
+	WaitEvent  string // e.g. "advisory" while waiting for an advisory lock
+	BlockedBy  []int  // pg_blocking_pids(pid): the backends this one waits for
+}
+
+// Param is one parameter of a registered instance.
+type Param struct {
+	Name  string
+	Value string // canonical text
+}
+
+// Waiting reports whether the backend is waiting for the lock.
+func (l Lock) Waiting() bool { return !l.Granted }
+
+// Label is the name, or the raw key in decimal when the lock is not
+// registered. Names never start with a digit or '-', so the two cannot be
+// confused.
+func (l Lock) Label() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return strconv.FormatInt(l.LockID, 10)
+}
+
+// querySQL reads the view. host() gives the client address without a
+// netmask; blocked_by goes through text so that any driver can scan it.
+const querySQL = `SELECT lock_id, name, params::text, declared_params::text, mode, granted, pid,
+       application_name, pg_catalog.host(client_addr), xact_start,
+       pg_catalog.date_part('epoch', xact_age), state, wait_event,
+       pg_catalog.array_to_string(blocked_by, ',')
+FROM pgadvisory.status
+WHERE $1 = '' OR pg_catalog.starts_with(name, $1)`
+
+// Query returns the advisory locks held and awaited in db's database whose
+// names start with prefix ("" for all, including unregistered keys), sorted
+// by [Sort]. The view is created by the migrations; without it the error
+// says to run them.
+func Query(ctx context.Context, db *sql.DB, prefix string) ([]Lock, error) {
+	rows, err := db.QueryContext(ctx, querySQL, prefix)
+	if err != nil {
+		switch pgadvisory.SQLState(err) {
+		case "42P01", "3F000": // undefined table, schema
+			return nil, fmt.Errorf("status: the view pgadvisory.status is missing: run pgadvisory.Migrate or goose up first: %w", err)
+		}
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	defer rows.Close()
+	var locks []Lock
+	for rows.Next() {
+		l, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		locks = append(locks, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	Sort(locks)
+	return locks, nil
+}
+
+func scan(rows *sql.Rows) (Lock, error) {
+	var (
+		l                                  Lock
+		name, params, declared, app        sql.NullString
+		client, state, waitEvent, blockers sql.NullString
+		pid                                sql.NullInt64
+		start                              sql.NullTime
+		age                                sql.NullFloat64
+	)
+	if err := rows.Scan(&l.LockID, &name, &params, &declared, &l.Mode, &l.Granted, &pid,
+		&app, &client, &start, &age, &state, &waitEvent, &blockers); err != nil {
+		return l, err
+	}
+	l.Name, l.AppName, l.ClientAddr = name.String, app.String, client.String
+	l.State, l.WaitEvent = state.String, waitEvent.String
+	l.PID = int(pid.Int64)
+	if start.Valid {
+		l.XactStart = start.Time
+	}
+	if age.Valid {
+		l.XactAge = time.Duration(age.Float64 * float64(time.Second))
+	}
+	l.Mode = modeName(l.Mode)
+	var err error
+	if l.Params, err = decodeParams(params.String, declared.String); err != nil {
+		return l, fmt.Errorf("lock %d: %w", l.LockID, err)
+	}
+	if blockers.String != "" {
+		for _, s := range strings.Split(blockers.String, ",") {
+			pid, err := strconv.Atoi(s)
+			if err != nil {
+				return l, fmt.Errorf("lock %d: blocked_by %q: %w", l.LockID, blockers.String, err)
+			}
+			l.BlockedBy = append(l.BlockedBy, pid)
+		}
+	}
+	return l, nil
+}
+
+// modeName maps pg_locks' modes of advisory locks to their lockgen names.
+func modeName(m string) string {
+	switch m {
+	case "ExclusiveLock":
+		return "exclusive"
+	case "ShareLock":
+		return "shared"
+	}
+	return m
+}
+
+// decodeParams orders the params object by declared_params; names not in
+// the declaration follow in name order.
+func decodeParams(params, declared string) ([]Param, error) {
+	if params == "" {
+		return nil, nil
+	}
+	var values map[string]string
+	if err := json.Unmarshal([]byte(params), &values); err != nil {
+		return nil, fmt.Errorf("params %s: %w", params, err)
+	}
+	var decl []struct{ Name string }
+	if declared != "" {
+		if err := json.Unmarshal([]byte(declared), &decl); err != nil {
+			return nil, fmt.Errorf("declared_params %s: %w", declared, err)
+		}
+	}
+	out := make([]Param, 0, len(values))
+	for _, d := range decl {
+		if v, ok := values[d.Name]; ok {
+			out = append(out, Param{d.Name, v})
+			delete(values, d.Name)
+		}
+	}
+	rest := make([]Param, 0, len(values))
+	for k, v := range values {
+		rest = append(rest, Param{k, v})
+	}
+	slices.SortFunc(rest, func(a, b Param) int { return cmp.Compare(a.Name, b.Name) })
+	return append(out, rest...), nil
+}
+
+// Sort orders locks for reading: registered names first, by name, then
+// unregistered keys; within one lock ID the holders before the waiters, each
+// by pid.
+func Sort(locks []Lock) {
+	slices.SortStableFunc(locks, func(a, b Lock) int {
+		if (a.Name == "") != (b.Name == "") {
+			if a.Name == "" {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.LockID, b.LockID); c != 0 {
+			return c
+		}
+		if a.Granted != b.Granted {
+			if a.Granted {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.PID, b.PID)
+	})
+}
