@@ -11,13 +11,24 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/lockgen/lockgen/internal/testdb"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected output in testdata/script/*.txtar")
 
+// TestMain makes the test binary double as lockgen for the scripts, and
+// drops the package's test database (register and status tests) at the end.
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"lockgen": main})
+	os.Exit(testscript.RunMain(dbTests{m}, map[string]func() int{
+		"lockgen": func() int { return run(os.Args[1:], os.Stdout, os.Stderr) },
+	}))
 }
+
+// dbTests runs the tests through testdb.Run.
+type dbTests struct{ m *testing.M }
+
+func (d dbTests) Run() int { return testdb.Run(d.m) }
 
 // TestScripts runs the CLI scenarios in testdata/script. Besides the
 // standard commands, scripts have:

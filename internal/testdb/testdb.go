@@ -68,13 +68,20 @@ func InCI() bool {
 //
 //	func TestMain(m *testing.M) { testdb.Main(m) }
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit, for a TestMain that exits by itself (such
+// as testscript.RunMain's): it runs the tests, drops the package database
+// and returns the exit code.
+func Run(m interface{ Run() int }) int {
 	code := m.Run()
 	if pkgDBName != "" {
 		if err := dropDatabase(pkgDBName); err != nil {
 			fmt.Fprintf(os.Stderr, "testdb: dropping %s: %v\n", pkgDBName, err)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // URL returns the connection URL of this package's private database, creating
