@@ -15,6 +15,11 @@
 //
 //	go tool lockgen fence -lock ledger.post -table app.entries -dir migrations
 //
+// and see who holds and who awaits which lock, by name (after lockgen
+// register or pgadvisory.Register filled the database's registry):
+//
+//	go tool lockgen status -db "$DATABASE_URL"
+//
 // Run "lockgen -h" for the commands.
 package main
 
@@ -50,6 +55,8 @@ Commands:
 	list       print every declared lock: name, parameters, ID, options
 	id         print the advisory-lock ID of a name and parameters
 	fence      write a goose migration that fences a table with a declared lock
+	register   record the declared locks in the database's lock registry
+	status     list the advisory locks held and awaited in the database, by name
 	version    print lockgen's version
 
 Run "lockgen <command> -h" for a command's flags. From go generate:
@@ -66,7 +73,7 @@ type command struct {
 	flags func(c *cli, fs *flag.FlagSet)
 }
 
-var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, versionCmd}
+var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, registerCmd, statusCmd, versionCmd}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -77,6 +84,7 @@ type cli struct {
 	stdout, stderr io.Writer
 	file           string     // -f
 	fence          fenceFlags // lockgen fence's other flags
+	db             dbFlags    // register's and status's database flags
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

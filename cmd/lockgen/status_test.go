@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/examples/locks"
+	"github.com/lockgen/lockgen/internal/gogen"
+	"github.com/lockgen/lockgen/internal/lockscene"
+	"github.com/lockgen/lockgen/internal/status"
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// lockgen runs the command in-process and returns its exit status and
+// output.
+func lockgen(args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestDBScripts runs testdata/dbscript against the package database while
+// a lockscene holds and awaits locks. Scripts get LOCKGEN_DATABASE_URL and
+// the scene: PREFIX, PLAIN (name), PLAIN_ID, HOLDER_PID, HOLDER_APP,
+// WAITER_PID, WAITER_APP, INVOICE (name), TENANT, SESSION_PID, SESSION_APP,
+// UNKNOWN_ID (an unregistered instance), RAWKEY (an undeclared key).
+func TestDBScripts(t *testing.T) {
+	db := testdb.DB(t)
+	s := lockscene.Start(t, db)
+	vars := map[string]string{
+		"LOCKGEN_DATABASE_URL": testdb.URL(t),
+		"PREFIX":               s.Prefix,
+		"PLAIN":                s.Plain.Name,
+		"PLAIN_ID":             strconv.FormatInt(s.Plain.ID, 10),
+		"HOLDER_PID":           strconv.Itoa(s.HolderPID),
+		"HOLDER_APP":           s.HolderApp,
+		"WAITER_PID":           strconv.Itoa(s.WaiterPID),
+		"WAITER_APP":           s.WaiterApp,
+		"INVOICE":              s.Invoice.Name,
+		"TENANT":               strconv.FormatInt(s.Tenant, 10),
+		"SESSION_PID":          strconv.Itoa(s.SessionPID),
+		"SESSION_APP":          s.SessionApp,
+		"UNKNOWN_ID":           strconv.FormatInt(s.UnknownID, 10),
+		"RAWKEY":               strconv.FormatInt(s.RawKey, 10),
+	}
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/dbscript",
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			for k, v := range vars {
+				env.Setenv(k, v)
+			}
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"status": cmdStatus},
+	})
+}
+
+// TestStatusCommandJSON: the command's -json output parses and holds the
+// scene's rows; the table and -json list the same locks.
+func TestStatusCommandJSON(t *testing.T) {
+	db := testdb.DB(t)
+	s := lockscene.Start(t, db)
+	u := testdb.URL(t)
+
+	code, out, errOut := lockgen("status", "-db", u, "-json")
+	require.Equal(t, exitOK, code, errOut)
+	var rows []status.JSONLock
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	byKey := map[string][]status.JSONLock{}
+	for _, r := range rows {
+		byKey[r.LockID] = append(byKey[r.LockID], r)
+	}
+	plain := byKey[strconv.FormatInt(s.Plain.ID, 10)]
+	require.Len(t, plain, 2)
+	require.Equal(t, s.Plain.Name, *plain[0].Name)
+	require.Equal(t, "granted", plain[0].State)
+	require.Equal(t, s.HolderPID, *plain[0].PID)
+	require.Equal(t, s.HolderApp, *plain[0].ApplicationName)
+	require.NotNil(t, plain[0].ClientAddr)
+	require.Equal(t, "waiting", plain[1].State)
+	require.Equal(t, []int{s.HolderPID}, plain[1].BlockedBy)
+	require.Equal(t, "advisory", *plain[1].WaitEvent)
+	raw := byKey[strconv.FormatInt(s.RawKey, 10)]
+	require.Len(t, raw, 1)
+	require.Nil(t, raw[0].Name)
+
+	// The table lists the same locks, one line each after the header.
+	code, table, errOut := lockgen("status", "-db", u)
+	require.Equal(t, exitOK, code, errOut)
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	require.Len(t, lines, len(rows)+1, table)
+	for i, r := range rows {
+		label := r.LockID
+		if r.Name != nil {
+			label = *r.Name
+		}
+		require.True(t, strings.HasPrefix(lines[i+1], label+" "), "row %d: %q, want %s", i, lines[i+1], label)
+	}
+}
+
+// TestStatusCommandWithoutMigrations: a database without lockgen's schema
+// fails with what to do.
+func TestStatusCommandWithoutMigrations(t *testing.T) {
+	admin := testdb.DB(t)
+	name := "lockgen_cmd_nomig_" + strconv.FormatInt(testdb.Key(t)&0xffffff, 16)
+	_, err := admin.Exec(`CREATE DATABASE ` + name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) })
+	parsed, err := url.Parse(testdb.URL(t))
+	require.NoError(t, err)
+	parsed.Path = "/" + name
+
+	code, out, errOut := lockgen("status", "-db", parsed.String())
+	require.Equal(t, exitFail, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "lockgen: status: the view pgadvisory.status is missing: run pgadvisory.Migrate or goose up first")
+	code, _, errOut = lockgen("register", "-f", "../../examples/locks/locks.yaml", "-db", parsed.String())
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut, "the lock registry is missing: run pgadvisory.Migrate or goose up first")
+}
+
+// TestRegisterDeclaredMatchesGenerated: what lockgen register registers from
+// a locks.yaml is exactly the generated Declared.
+func TestRegisterDeclaredMatchesGenerated(t *testing.T) {
+	r, err := gogen.Load("../../examples/locks/locks.yaml")
+	require.NoError(t, err)
+	got := declared(r.File)
+	slices.SortFunc(got, func(a, b pgadvisory.Declared) int { return strings.Compare(a.Name, b.Name) })
+	require.Equal(t, locks.Declared, got)
+}
+
+// TestRegisterCommandMatchesRegister: the registry rows lockgen register
+// writes are the ones pgadvisory.Register writes for the generated code.
+func TestRegisterCommandMatchesRegister(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.DB(t)
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	names := make([]string, len(locks.Declared))
+	for i, d := range locks.Declared {
+		names[i] = d.Name
+	}
+	clear := func() {
+		for _, table := range []string{"registry", "registry_declaration"} {
+			_, err := db.Exec(`DELETE FROM pgadvisory.`+table+` WHERE name = ANY($1)`, names)
+			require.NoError(t, err)
+		}
+	}
+	snapshot := func() string {
+		var s string
+		require.NoError(t, db.QueryRow(`SELECT
+			(SELECT coalesce(jsonb_agg(to_jsonb(d) - 'registered_at' ORDER BY name), '[]') FROM pgadvisory.registry_declaration AS d WHERE name = ANY($1))::text
+			|| (SELECT coalesce(jsonb_agg(to_jsonb(r) - 'registered_at' ORDER BY lock_id), '[]') FROM pgadvisory.registry AS r WHERE name = ANY($1))::text`,
+			names).Scan(&s))
+		return s
+	}
+	clear()
+	require.Equal(t, "[][]", snapshot())
+
+	code, out, errOut := lockgen("register", "-f", "../../examples/locks/locks.yaml", "-db", testdb.URL(t))
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, "registered 5 lock(s) from ../../examples/locks/locks.yaml: 3 plain, 2 parameterized\n", out)
+	fromCLI := snapshot()
+	require.Contains(t, fromCLI, `"maintenance.nightly_cleanup"`)
+	require.Contains(t, fromCLI, `"tenant_uuid"`)
+
+	clear()
+	require.NoError(t, pgadvisory.Register(ctx, db, locks.Declared))
+	require.Equal(t, fromCLI, snapshot())
+
+	// Control: the snapshot sees a difference in any registered field.
+	_, err := db.Exec(`UPDATE pgadvisory.registry_declaration SET doc = doc || '.' WHERE name = 'billing.invoice'`)
+	require.NoError(t, err)
+	require.NotEqual(t, fromCLI, snapshot())
+}
