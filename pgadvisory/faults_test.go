@@ -1,0 +1,273 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/faultproxy"
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// Fault-injection tests (research reliability.md §4.4 items 2 and 11): the
+// ledger under a nemesis that kills the lock holder's backend and cuts
+// clients while COMMIT is in flight; a session lock whose link goes silent;
+// how long the server keeps a half-open holder's lock. Helpers carry the
+// ft prefix; the front doors and observers come from failures_test.go (fm).
+
+const (
+	ftWorkers = 8
+	ftIters   = 6
+	ftPause   = 2 * time.Millisecond
+	// ftCutEvery: the proxy cuts the client right after forwarding every
+	// ftCutEvery-th COMMIT, so that some calls must end in ErrCommitUnknown.
+	ftCutEvery = 4
+)
+
+// ftOutcome is how one ledger call ended.
+type ftOutcome int
+
+const (
+	ftOK ftOutcome = iota
+	ftConnLost
+	ftDeadlock
+	ftOther
+	ftUnknown
+)
+
+// ftTally counts outcomes and remembers which calls were acknowledged and
+// which failed definitely.
+type ftTally struct {
+	mu      sync.Mutex
+	counts  [ftUnknown + 1]int
+	okCalls []string
+	failed  []string // definite failures: nothing may be committed
+	others  []error
+}
+
+func (ta *ftTally) record(call string, err error) {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	switch {
+	case err == nil:
+		ta.counts[ftOK]++
+		ta.okCalls = append(ta.okCalls, call)
+		return
+	case errors.Is(err, pgadvisory.ErrCommitUnknown):
+		ta.counts[ftUnknown]++
+		return
+	case errors.Is(err, pgadvisory.ErrConnLost):
+		ta.counts[ftConnLost]++
+	case errors.Is(err, pgadvisory.ErrDeadlock):
+		ta.counts[ftDeadlock]++
+	default:
+		ta.counts[ftOther]++
+		ta.others = append(ta.others, err)
+	}
+	ta.failed = append(ta.failed, call)
+}
+
+func (ta *ftTally) String() string {
+	return fmt.Sprintf("ok=%d connlost=%d deadlock=%d other=%d unknown=%d",
+		ta.counts[ftOK], ta.counts[ftConnLost], ta.counts[ftDeadlock], ta.counts[ftOther], ta.counts[ftUnknown])
+}
+
+// ftNewLedger creates the ledger: seq (no unique constraint, so that
+// duplicates are recorded) and the call that wrote it.
+func ftNewLedger(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	table := pgx.Identifier{testdb.Schema(t), "fault_ledger"}.Sanitize()
+	_, err := db.Exec("CREATE TABLE " + table + " (seq bigint NOT NULL, call text NOT NULL)")
+	require.NoError(t, err)
+	return table
+}
+
+// ftStep is the critical section: read max(seq), pause, insert max+1.
+func ftStep(ctx context.Context, tx fmTx, table, call string) error {
+	last, err := tx.queryInt(ctx, "SELECT coalesce(max(seq), 0) FROM "+table)
+	if err != nil {
+		return err
+	}
+	time.Sleep(ftPause)
+	return tx.exec(ctx, "INSERT INTO "+table+" (seq, call) VALUES ($1, $2)", last+1, call)
+}
+
+// ftRun runs ftWorkers × ftIters calls of ftStep through run, all starting
+// at once, and tallies the outcomes.
+func ftRun(ctx context.Context, run func(ctx context.Context, fn func(fmTx) error) error, table string) *ftTally {
+	ta := &ftTally{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range ftWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range ftIters {
+				call := fmt.Sprintf("w%d-i%d", w, i)
+				ta.record(call, run(ctx, func(tx fmTx) error { return ftStep(ctx, tx, table, call) }))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return ta
+}
+
+// ftViolations checks the ledger against the tally and returns every
+// broken invariant: seq unique and contiguous from 1; #ok <= rows <=
+// #ok + #unknown; every acknowledged call's row present; no row from a call
+// that failed definitely.
+func ftViolations(t *testing.T, db *sql.DB, table string, ta *ftTally) []string {
+	t.Helper()
+	var rows, distinct, lo, hi int64
+	require.NoError(t, db.QueryRow("SELECT count(*), count(DISTINCT seq), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM "+table).
+		Scan(&rows, &distinct, &lo, &hi))
+	var v []string
+	if rows != distinct {
+		v = append(v, fmt.Sprintf("%d duplicate seq values (rows=%d distinct=%d)", rows-distinct, rows, distinct))
+	}
+	if rows > 0 && (lo != 1 || hi != distinct) {
+		v = append(v, fmt.Sprintf("seq not contiguous from 1: min=%d max=%d distinct=%d", lo, hi, distinct))
+	}
+	ok, unknown := int64(ta.counts[ftOK]), int64(ta.counts[ftUnknown])
+	if rows < ok || rows > ok+unknown {
+		v = append(v, fmt.Sprintf("rows=%d outside [#ok=%d, #ok+#unknown=%d]", rows, ok, ok+unknown))
+	}
+	present := map[string]int{}
+	r, err := db.Query("SELECT call FROM " + table)
+	require.NoError(t, err)
+	defer r.Close()
+	for r.Next() {
+		var c string
+		require.NoError(t, r.Scan(&c))
+		present[c]++
+	}
+	require.NoError(t, r.Err())
+	for _, c := range ta.okCalls {
+		if present[c] != 1 {
+			v = append(v, fmt.Sprintf("acknowledged call %s has %d rows", c, present[c]))
+		}
+	}
+	for _, c := range ta.failed {
+		if present[c] != 0 {
+			v = append(v, fmt.Sprintf("definitely failed call %s committed %d rows", c, present[c]))
+		}
+	}
+	return v
+}
+
+// ftNemesis terminates, every 20–50 ms until stop is closed, the backend
+// that holds key and runs under application name app. It returns the number
+// of backends it terminated.
+func ftNemesis(obs *sql.DB, key int64, app string, stop <-chan struct{}) (kills int) {
+	for {
+		select {
+		case <-stop:
+			return kills
+		case <-time.After(time.Duration(20+rand.IntN(31)) * time.Millisecond):
+		}
+		var n int
+		err := obs.QueryRow(`SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(l.pid))
+			FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+			  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+			  AND ((l.classid::bigint << 32) | l.objid::bigint) = $1
+			  AND a.application_name = $2`, key, app).Scan(&n)
+		if err == nil {
+			kills += n
+		}
+	}
+}
+
+// TestFaultKillLedger: the ledger over both front doors with WithWait while
+// a nemesis kills the lock holder's backend at random points (before, during
+// or after fn, sometimes during COMMIT) and the proxy cuts the client right
+// after every ftCutEvery-th COMMIT reached the server. Outcomes are ok,
+// definite failures (ErrConnLost, ErrDeadlock, other) or unknown
+// (ErrCommitUnknown); the ledger stays unique and contiguous, holds between
+// #ok and #ok+#unknown rows, every ok call's row and no row of a definitely
+// failed call. Afterwards no lock and no connection is left behind.
+func TestFaultKillLedger(t *testing.T) {
+	for _, name := range fmDoorNames {
+		t.Run(name, func(t *testing.T) {
+			ctx := fmContext(t)
+			e := fmNewEnv(t)
+			table := ftNewLedger(t, e.obs)
+			key := testdb.Key(t)
+			app := "ftkill-" + testdb.Schema(t)
+			proxied, px := fmViaProxy(t)
+			var commits, cuts atomic.Int64
+			px.OnClientWrite(func(p []byte) faultproxy.Action {
+				if faultproxy.HasQuery(p, "commit") && commits.Add(1)%ftCutEvery == 0 {
+					cuts.Add(1)
+					return faultproxy.ForwardThenCutClient
+				}
+				return faultproxy.Forward
+			})
+			door := fmOpen(t, name, func(c *pgx.ConnConfig) {
+				proxied(c)
+				c.RuntimeParams["application_name"] = app
+			})
+
+			stop := make(chan struct{})
+			killed := make(chan int, 1)
+			go func() { killed <- ftNemesis(e.obs, key, app, stop) }()
+			ta := ftRun(ctx, func(ctx context.Context, fn func(fmTx) error) error {
+				return door.run(ctx, key, fn, pgadvisory.WithWait(30*time.Second))
+			}, table)
+			close(stop)
+			kills := <-killed
+			px.OnClientWrite(nil)
+
+			t.Logf("%s: %v; nemesis kills=%d, commits cut=%d of %d", name, ta, kills, cuts.Load(), commits.Load())
+			for _, err := range ta.others {
+				t.Logf("other error: %v", err)
+			}
+			require.Empty(t, ftViolations(t, e.obs, table, ta))
+			require.Positive(t, kills, "the nemesis killed at least one holder")
+			require.Positive(t, ta.counts[ftUnknown], "at least one ErrCommitUnknown surfaced")
+			require.Positive(t, ta.counts[ftOK], "some calls succeeded")
+			require.Eventually(t, func() bool { return e.lockEntries(t, key, true)+e.lockEntries(t, key, false) == 0 },
+				30*time.Second, 10*time.Millisecond, "no lock left behind")
+			fmRequireNoLeak(t, door)
+			fmRequireUsable(t, e, door, key, "after-nemesis")
+		})
+	}
+}
+
+// TestFaultKillLedgerControl: the same workload in plain transactions
+// without the lock; the checker must report duplicates.
+func TestFaultKillLedgerControl(t *testing.T) {
+	ctx := fmContext(t)
+	obs := testdb.DB(t)
+	table := ftNewLedger(t, obs)
+	db := testdb.DB(t)
+	db.SetMaxOpenConns(ftWorkers)
+	ta := ftRun(ctx, func(ctx context.Context, fn func(fmTx) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		if err := fn(fmSQLTx{tx}); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}, table)
+	require.Equal(t, ftWorkers*ftIters, ta.counts[ftOK], "%v", ta)
+	v := ftViolations(t, obs, table, ta)
+	t.Logf("control without lock: %v", v)
+	require.NotEmpty(t, v, "without the lock the checker must find duplicates")
+	require.Contains(t, v[0], "duplicate seq")
+}
