@@ -117,6 +117,22 @@ func WithCheckInterval(d time.Duration) Option {
 	}
 }
 
+// newCall resolves a call's options and checks its arguments: the database
+// handle (what names it, e.g. "*sql.DB") and fn must not be nil.
+func newCall(lockID int64, opts []Option, handle string, nilHandle, nilFn bool) (*config, error) {
+	c, err := newConfig(lockID, opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case nilHandle:
+		return nil, c.invalid("begin", errors.New("nil "+handle))
+	case nilFn:
+		return nil, c.invalid("begin", errors.New("nil fn"))
+	}
+	return c, nil
+}
+
 // withName records the declared name of a [Lock] for errors and events.
 func withName(name string) Option {
 	return func(c *config) { c.name = name }

@@ -2,7 +2,6 @@ package pgadvisory
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -23,15 +22,9 @@ import (
 // fn must not call tx.Begin expecting a separate transaction: pgx implements
 // it as a savepoint inside the lock transaction.
 func RunExclusivePgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(pgx.Tx) error, opts ...Option) error {
-	c, err := newConfig(lockID, opts)
+	c, err := newCall(lockID, opts, "*pgxpool.Pool", pool == nil, fn == nil)
 	if err != nil {
 		return err
-	}
-	if pool == nil {
-		return c.invalid("begin", errors.New("nil *pgxpool.Pool"))
-	}
-	if fn == nil {
-		return c.invalid("begin", errors.New("nil fn"))
 	}
 	d := &pgxTx{pool: pool}
 	return run(ctx, c, d, func() error { return fn(d.tx) })

@@ -33,11 +33,11 @@ import (
 // Round trips: those of RunExclusive plus one for the ledger check and one
 // for the ledger row.
 func RunOnce(ctx context.Context, db *sql.DB, lockID int64, window string, fn func(*sql.Tx) error, opts ...Option) error {
-	c, err := newConfig(lockID, opts)
+	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
 	if err != nil {
 		return err
 	}
-	if err := c.setRunOnce(lockID, window, db == nil, fn == nil); err != nil {
+	if err := c.setRunOnce(lockID, window); err != nil {
 		return err
 	}
 	d := &stdlibTx{db: db}
@@ -46,11 +46,11 @@ func RunOnce(ctx context.Context, db *sql.DB, lockID int64, window string, fn fu
 
 // RunOncePgx is [RunOnce] for a pgx pool.
 func RunOncePgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, window string, fn func(pgx.Tx) error, opts ...Option) error {
-	c, err := newConfig(lockID, opts)
+	c, err := newCall(lockID, opts, "*pgxpool.Pool", pool == nil, fn == nil)
 	if err != nil {
 		return err
 	}
-	if err := c.setRunOnce(lockID, window, pool == nil, fn == nil); err != nil {
+	if err := c.setRunOnce(lockID, window); err != nil {
 		return err
 	}
 	d := &pgxTx{pool: pool}
@@ -73,13 +73,8 @@ func WithHolder(holder string) Option {
 	return func(c *config) { c.holder = holder }
 }
 
-func (c *config) setRunOnce(lockID int64, window string, nilDB, nilFn bool) error {
-	switch {
-	case nilDB:
-		return c.invalid("begin", errors.New("nil database"))
-	case nilFn:
-		return c.invalid("begin", errors.New("nil fn"))
-	case window == "":
+func (c *config) setRunOnce(lockID int64, window string) error {
+	if window == "" {
 		return c.invalid("begin", errors.New("empty run-once window"))
 	}
 	c.runOnce, c.primary, c.window = true, lockID, window

@@ -34,15 +34,9 @@ import (
 // fn's own database work uses other connections and is not covered by the
 // lock the way RunExclusive's transaction is: use fencing for correctness.
 func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.Context) error, opts ...Option) error {
-	c, err := newConfig(lockID, opts)
+	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
 	if err != nil {
 		return err
-	}
-	if db == nil {
-		return c.invalid("begin", errors.New("nil *sql.DB"))
-	}
-	if fn == nil {
-		return c.invalid("begin", errors.New("nil fn"))
 	}
 	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
 		conn, err := db.Conn(ctx)
@@ -55,15 +49,9 @@ func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.C
 
 // RunSessionPgx is [RunSession] for a pgx pool.
 func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(context.Context) error, opts ...Option) error {
-	c, err := newConfig(lockID, opts)
+	c, err := newCall(lockID, opts, "*pgxpool.Pool", pool == nil, fn == nil)
 	if err != nil {
 		return err
-	}
-	if pool == nil {
-		return c.invalid("begin", errors.New("nil *pgxpool.Pool"))
-	}
-	if fn == nil {
-		return c.invalid("begin", errors.New("nil fn"))
 	}
 	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
 		conn, err := pool.Acquire(ctx)

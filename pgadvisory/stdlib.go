@@ -3,7 +3,6 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strconv"
 
 	"github.com/lockgen/lockgen/internal/sqlcstd"
@@ -29,15 +28,9 @@ import (
 // All writes that must be protected by the lock go through tx: work done on
 // other connections is not covered (see the fencing documentation).
 func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error, opts ...Option) error {
-	c, err := newConfig(lockID, opts)
+	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
 	if err != nil {
 		return err
-	}
-	if db == nil {
-		return c.invalid("begin", errors.New("nil *sql.DB"))
-	}
-	if fn == nil {
-		return c.invalid("begin", errors.New("nil fn"))
 	}
 	d := &stdlibTx{db: db}
 	return run(ctx, c, d, func() error { return fn(d.tx) })
