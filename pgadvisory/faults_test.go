@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -409,6 +410,11 @@ func TestFaultHalfOpenHoldTime(t *testing.T) {
 			var silent time.Time
 			err := door.run(ctx, key, func(tx fmTx) error {
 				require.NoError(t, e.mark(ctx, tx, "half-open"))
+				for k, v := range tc.params { // the session really runs with them
+					n, err := tx.queryInt(ctx, "SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = $1", k)
+					require.NoError(t, err)
+					require.Equal(t, v, strconv.FormatInt(n, 10), k)
+				}
 				px.Blackhole(true)
 				silent = time.Now()
 				sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
