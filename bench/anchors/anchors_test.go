@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,10 +85,13 @@ func newFixtures(b *testing.B) *fixtures {
 	f.fencedPl = pgxPool(b, f.c, fencedPoolSize)
 	f.rdb, f.redisErr = redisClient(b, f.c)
 	if f.redisErr != nil {
-		b.Logf("%v: the redis rows are skipped", f.redisErr)
+		// Benchmarks print skip reasons only with -test.v: say it once here.
+		redisSkipNote.Do(func() { fmt.Fprintf(os.Stderr, "%v: the redis rows are skipped\n", f.redisErr) })
 	}
 	return f
 }
+
+var redisSkipNote sync.Once
 
 // windowSeq gives every run-once call a fresh window, so that every op does
 // the full work (ledger check and ledger row).

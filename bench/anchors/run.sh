@@ -28,6 +28,7 @@ COUNT="${COUNT:-6}"
 BENCHTIME="${BENCHTIME:-1s}"
 BENCH="${BENCH:-.}"
 OUT="${OUT:-$(mktemp -t lockgen-anchors.XXXXXX)}"
+REDIS_ADDR="${LOCKGEN_REDIS_ADDR:-127.0.0.1:6379}"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -37,7 +38,7 @@ go test -c -o "$bin" .
 {
   echo "# bench/anchors/run.sh $(date -u +%FT%TZ) $(go version | cut -d' ' -f3-) nproc=$(nproc) count=$COUNT benchtime=$BENCHTIME interleaved"
   echo "# postgres: $(psql "${LOCKGEN_DATABASE_URL:-postgres://localhost:5432/test}" -Atc 'SELECT version()' 2>/dev/null || echo unknown)"
-  echo "# redis: $(redis-cli -h "${LOCKGEN_REDIS_ADDR%:*}" -p "${LOCKGEN_REDIS_ADDR##*:}" INFO server 2>/dev/null | tr -d '\r' | grep '^redis_version' || echo unknown)"
+  echo "# redis: $(redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR##*:}" INFO server 2>/dev/null | tr -d '\r' | grep '^redis_version' || echo unknown)"
 } >"$OUT"
 for i in $(seq 1 "$COUNT"); do
   echo "pass $i/$COUNT" >&2
