@@ -27,6 +27,10 @@ import (
 // Round trips: issuing the token adds none; publishing adds one statement on
 // another pool connection, and its commit waits for the WAL flush (that is
 // what makes it durable). fn's transaction carries the token already.
+//
+// Pool size: a fenced call holds two connections while it publishes (the
+// lock transaction's and the publish's), so size the pool for twice the
+// number of concurrent fenced holders. The publish step gives up after 10s.
 
 // defaultPublishTimeout bounds how long publishing waits for writes still in
 // flight with the previous token.
@@ -160,9 +164,14 @@ func fencedFailure(ctx context.Context, token int64, err error) error {
 // token and checking the run-once ledger.
 func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error {
 	if c.fencing {
+		// The publish needs a second connection while the lock transaction
+		// holds one; bound the whole step (pool wait included) so that a pool
+		// exhausted by fenced holders fails instead of hanging.
+		pctx, cancel := context.WithTimeout(ctx, 2*defaultPublishTimeout)
+		defer cancel()
 		timeout := lockTimeoutSetting(defaultPublishTimeout)
 		for _, id := range c.ids {
-			published, err := d.publish(ctx, id, token, timeout)
+			published, err := d.publish(pctx, id, token, timeout)
 			if err != nil {
 				return c.failure(ctx, "publish", err)
 			}
