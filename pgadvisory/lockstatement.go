@@ -14,13 +14,17 @@ import (
 // extra round trips:
 //
 //	SELECT pg_try_advisory_xact_lock($1), pg_is_in_recovery()
-//	SELECT pg_advisory_xact_lock_shared($1)::text = '' AND pg_advisory_xact_lock_shared($2)::text = '',
+//	SELECT pg_advisory_xact_lock_shared($1)::text = '' AND pg_advisory_xact_lock_shared($2)::text = ''
+//	       AND set_config('lock_timeout', lock_timeout.previous, true) IS NOT NULL,
 //	       pg_is_in_recovery()
-//	  FROM (SELECT set_config('lock_timeout', $3, true)) AS lock_timeout
+//	  FROM (SELECT current_setting('lock_timeout') AS previous,
+//	               set_config('lock_timeout', $3, true)) AS lock_timeout
 //
 // The FROM subquery is evaluated before the select list, so the timeout is in
-// force when the first wait starts; set_config's is_local=true scopes it to
-// the transaction (or to the implicit one of a session-lock statement). IDs
+// force when the first wait starts; once every lock is granted the previous
+// value comes back, so the timeout does not apply to fn's statements.
+// set_config's is_local=true scopes both to the transaction (or to the
+// implicit one of a session-lock statement). IDs
 // arrive sorted, so waiting callers take overlapping sets in the same order
 // and cannot deadlock each other.
 
@@ -84,6 +88,11 @@ func buildLockStatement(s statementShape) string {
 			b.WriteString("::text = ''") // the waiting functions return void
 		}
 	}
+	if s.timeout {
+		// Once the locks are granted, put lock_timeout back to what it was,
+		// so the timeout bounds the wait for the lock and not fn's statements.
+		b.WriteString(" AND set_config('lock_timeout', lock_timeout.previous, true) IS NOT NULL")
+	}
 	if s.fencing {
 		b.WriteString(" AS granted, pg_is_in_recovery() AS standby")
 	} else {
@@ -93,7 +102,7 @@ func buildLockStatement(s statementShape) string {
 		b.WriteString(", pg_backend_pid()")
 	}
 	if s.timeout {
-		b.WriteString(" FROM (SELECT set_config('lock_timeout', $")
+		b.WriteString(" FROM (SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $")
 		b.WriteString(strconv.Itoa(s.n + 1))
 		b.WriteString(", true)) AS lock_timeout")
 	}
