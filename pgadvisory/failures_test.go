@@ -73,6 +73,9 @@ type fmDoor struct {
 // fmDoorNames are the front doors every test runs over.
 var fmDoorNames = []string{"database-sql", "pgx"}
 
+// fmMaxConns bounds each front door's pool.
+const fmMaxConns = 8
+
 // fmOpen opens front door name on a new pool to the test database; adjust
 // (may be nil) edits the connection configuration first.
 func fmOpen(t *testing.T, name string, adjust func(*pgx.ConnConfig)) fmDoor {
@@ -86,7 +89,7 @@ func fmOpen(t *testing.T, name string, adjust func(*pgx.ConnConfig)) fmDoor {
 		require.NoError(t, err)
 		adjust(cfg)
 		db := stdlib.OpenDB(*cfg)
-		db.SetMaxOpenConns(8)
+		db.SetMaxOpenConns(fmMaxConns)
 		t.Cleanup(func() { _ = db.Close() })
 		return fmDoor{
 			name: name,
@@ -98,7 +101,7 @@ func fmOpen(t *testing.T, name string, adjust func(*pgx.ConnConfig)) fmDoor {
 	case "pgx":
 		cfg, err := pgxpool.ParseConfig(testdb.URL(t))
 		require.NoError(t, err)
-		cfg.MaxConns = 8
+		cfg.MaxConns = fmMaxConns
 		adjust(cfg.ConnConfig)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
@@ -225,6 +228,28 @@ func fmRequireUsable(t *testing.T, e *fmEnv, door fmDoor, key int64, label strin
 	defer cancel()
 	require.NoError(t, door.run(ctx, key, func(tx fmTx) error { return e.mark(ctx, tx, label) }))
 	require.True(t, e.committed(t, label), "control: a committed mark is seen")
+}
+
+// fmRequireUsableAfterKills shows the door still works after a nemesis that
+// may have signalled a holder whose call then ended normally: such a
+// connection went back to the pool idle and its backend exits afterwards,
+// which no client can know before it uses the connection again. Each such
+// stale connection costs at most one call, which must fail as ErrConnLost
+// (nothing committed); within maxConns+1 calls one must commit.
+func fmRequireUsableAfterKills(t *testing.T, e *fmEnv, door fmDoor, key int64, maxConns int, label string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := 0; attempt <= maxConns; attempt++ {
+		err := door.run(ctx, key, func(tx fmTx) error { return e.mark(ctx, tx, label) })
+		if err == nil {
+			require.True(t, e.committed(t, label), "control: a committed mark is seen")
+			return
+		}
+		require.ErrorIs(t, err, pgadvisory.ErrConnLost, "attempt %d: only a stale pooled connection may fail a call", attempt)
+		t.Logf("attempt %d found a stale pooled connection: %v", attempt, err)
+	}
+	t.Fatalf("%s: no call committed in %d attempts", door.name, maxConns+1)
 }
 
 // fmRequireKind checks the *pgadvisory.Error of a failed call.

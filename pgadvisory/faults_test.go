@@ -261,7 +261,7 @@ func TestFaultKillLedger(t *testing.T) {
 			require.Eventually(t, func() bool { return e.lockEntries(t, key, true)+e.lockEntries(t, key, false) == 0 },
 				30*time.Second, 10*time.Millisecond, "no lock left behind")
 			fmRequireNoLeak(t, door)
-			fmRequireUsable(t, e, door, key, "after-nemesis")
+			fmRequireUsableAfterKills(t, e, door, key, fmMaxConns, "after-nemesis")
 		})
 	}
 }
