@@ -10,12 +10,19 @@ package pgadvisory_test
 //
 //	Stdlib/lockgen       <= 1.05 x Stdlib/design_source   (same 3 round trips)
 //	Pgx/lockgen          <= 0.75 x Pgx/bare_tx            (2 round trips vs 3)
-//	Contended/pgx_loser   ~ 1    x Contended/pgx_select1  (1 round trip before ErrLocked)
+//
+// Reported beside them: Contended/pgx_loser against Contended/pgx_pipelined_loser
+// (the same single round trip written by hand, without the standby check and
+// the explicit READ COMMITTED) and against Contended/pgx_select1 (that round
+// trip carries BEGIN and the lock statement, so it costs more than SELECT 1).
+// TestRoundTrips asserts the single round trip exactly.
 
 import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,6 +99,30 @@ func bareTxPgx(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return tx.Commit(ctx)
 }
+
+// pipelinedLoserPgx is the least a pgx caller can do to learn it lost: BEGIN
+// and pg_try_advisory_xact_lock pipelined in one round trip (pgx's
+// Batch.BeginTx, the research anchor's PgxPipelined_xact), then the ROLLBACK
+// in the background. It returns errBenchLocked when the lock was not granted.
+func pipelinedLoserPgx(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	var granted bool
+	b.Queue("SELECT pg_try_advisory_xact_lock($1)", key).QueryRow(func(row pgx.Row) error { return row.Scan(&granted) })
+	br := pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if !granted {
+		go func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		return errBenchLocked
+	}
+	return tx.Commit(ctx)
+}
+
+var errBenchLocked = errors.New("bench: lock held elsewhere")
 
 // ---- Fixtures ------------------------------------------------------------------
 
@@ -197,6 +228,27 @@ func waitIdle(b *testing.B, idle func() bool) {
 	}
 }
 
+// benchCase is one sub-benchmark of a group that shares a pool.
+type benchCase struct {
+	name string
+	fn   func(b *testing.B)
+}
+
+// runCases runs a group's sub-benchmarks in order, or in reverse order when
+// LOCKGEN_BENCH_ORDER=reverse. Later rows of a group tend to run a little
+// slower (the same pool and server backends, a few seconds further on), so
+// .ci/bench reverses every other pass: each pair's paired ratio then sees
+// both orders (ABBA counterbalancing) instead of a constant position bias.
+func runCases(b *testing.B, cases ...benchCase) {
+	b.Helper()
+	if os.Getenv("LOCKGEN_BENCH_ORDER") == "reverse" {
+		slices.Reverse(cases)
+	}
+	for _, c := range cases {
+		b.Run(c.name, c.fn)
+	}
+}
+
 // ---- Benchmarks ----------------------------------------------------------------
 
 // BenchmarkStdlib compares pgadvisory.RunExclusive with the design source's
@@ -206,21 +258,23 @@ func BenchmarkStdlib(b *testing.B) {
 	c := wirecount.New()
 	db := benchDB(b, c)
 	idle := sqlIdle(db)
-	b.Run("bare_tx", func(b *testing.B) {
-		benchOp(b, c, backToBack, nil, idle, func() error { return bareTxStdlib(ctx, db) })
-	})
-	b.Run("design_source", func(b *testing.B) {
-		key := testdb.Key(b)
-		benchOp(b, c, backToBack, nil, idle, func() error {
-			return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-		})
-	})
-	b.Run("lockgen", func(b *testing.B) {
-		key := testdb.Key(b)
-		benchOp(b, c, backToBack, nil, idle, func() error {
-			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-		})
-	})
+	runCases(b,
+		benchCase{"bare_tx", func(b *testing.B) {
+			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxStdlib(ctx, db) })
+		}},
+		benchCase{"design_source", func(b *testing.B) {
+			key := testdb.Key(b)
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+		benchCase{"lockgen", func(b *testing.B) {
+			key := testdb.Key(b)
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+	)
 }
 
 // BenchmarkPgx compares pgadvisory.RunExclusivePgx with a bare pgx
@@ -230,15 +284,17 @@ func BenchmarkPgx(b *testing.B) {
 	c := wirecount.New()
 	pool := benchPool(b, c)
 	idle := pgxIdle(pool)
-	b.Run("bare_tx", func(b *testing.B) {
-		benchOp(b, c, backToBack, nil, idle, func() error { return bareTxPgx(ctx, pool) })
-	})
-	b.Run("lockgen", func(b *testing.B) {
-		key := testdb.Key(b)
-		benchOp(b, c, backToBack, nil, idle, func() error {
-			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
-		})
-	})
+	runCases(b,
+		benchCase{"bare_tx", func(b *testing.B) {
+			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxPgx(ctx, pool) })
+		}},
+		benchCase{"lockgen", func(b *testing.B) {
+			key := testdb.Key(b)
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+	)
 }
 
 // BenchmarkContended measures a caller that loses the lock (another session
@@ -255,41 +311,46 @@ func BenchmarkContended(b *testing.B) {
 	key := testdb.Key(b)
 	benchHold(b, key)
 	pIdle, sIdle := pgxIdle(pool), sqlIdle(db)
-	b.Run("pgx_select1", func(b *testing.B) {
-		benchOp(b, c, settled, nil, pIdle, func() error {
-			var n int
-			return pool.QueryRow(ctx, "SELECT 1").Scan(&n)
-		})
-	})
-	b.Run("pgx_loser", func(b *testing.B) {
-		benchOp(b, c, settled, pgadvisory.ErrLocked, pIdle, func() error {
-			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
-		})
-	})
-	b.Run("pgx_loser_back_to_back", func(b *testing.B) {
-		benchOp(b, c, backToBack, pgadvisory.ErrLocked, pIdle, func() error {
-			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
-		})
-	})
-	b.Run("stdlib_select1", func(b *testing.B) {
-		benchOp(b, c, settled, nil, sIdle, func() error {
-			var n int
-			return db.QueryRowContext(ctx, "SELECT 1").Scan(&n)
-		})
-	})
-	b.Run("stdlib_design_source_loser", func(b *testing.B) {
-		benchOp(b, c, settled, designSourceErrLocked, sIdle, func() error {
-			return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-		})
-	})
-	b.Run("stdlib_loser", func(b *testing.B) {
-		benchOp(b, c, settled, pgadvisory.ErrLocked, sIdle, func() error {
-			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-		})
-	})
-	b.Run("stdlib_loser_back_to_back", func(b *testing.B) {
-		benchOp(b, c, backToBack, pgadvisory.ErrLocked, sIdle, func() error {
-			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-		})
-	})
+	runCases(b,
+		benchCase{"pgx_select1", func(b *testing.B) {
+			benchOp(b, c, settled, nil, pIdle, func() error {
+				var n int
+				return pool.QueryRow(ctx, "SELECT 1").Scan(&n)
+			})
+		}},
+		benchCase{"pgx_pipelined_loser", func(b *testing.B) {
+			benchOp(b, c, settled, errBenchLocked, pIdle, func() error { return pipelinedLoserPgx(ctx, pool, key) })
+		}},
+		benchCase{"pgx_loser", func(b *testing.B) {
+			benchOp(b, c, settled, pgadvisory.ErrLocked, pIdle, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+		benchCase{"pgx_loser_back_to_back", func(b *testing.B) {
+			benchOp(b, c, backToBack, pgadvisory.ErrLocked, pIdle, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+		benchCase{"stdlib_select1", func(b *testing.B) {
+			benchOp(b, c, settled, nil, sIdle, func() error {
+				var n int
+				return db.QueryRowContext(ctx, "SELECT 1").Scan(&n)
+			})
+		}},
+		benchCase{"stdlib_design_source_loser", func(b *testing.B) {
+			benchOp(b, c, settled, designSourceErrLocked, sIdle, func() error {
+				return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+		benchCase{"stdlib_loser", func(b *testing.B) {
+			benchOp(b, c, settled, pgadvisory.ErrLocked, sIdle, func() error {
+				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+		benchCase{"stdlib_loser_back_to_back", func(b *testing.B) {
+			benchOp(b, c, backToBack, pgadvisory.ErrLocked, sIdle, func() error {
+				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+	)
 }
