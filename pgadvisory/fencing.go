@@ -30,7 +30,9 @@ import (
 //
 // Pool size: a fenced call holds two connections while it publishes (the
 // lock transaction's and the publish's), so size the pool for twice the
-// number of concurrent fenced holders. The publish step gives up after 10s.
+// number of concurrent fenced holders. The publish step gives up after 10s
+// (sooner if ctx ends first); a pool of one connection is refused at once
+// with [ErrInvalidArgument].
 
 // defaultPublishTimeout bounds how long publishing waits for writes still in
 // flight with the previous token.

@@ -92,3 +92,5 @@ func (d *pgxTx) recordRun(ctx context.Context, r runRecord) error {
 func (d *pgxTx) commit(ctx context.Context) error { return d.tx.Commit(ctx) }
 
 func (d *pgxTx) rollback(ctx context.Context) error { return d.tx.Rollback(ctx) }
+
+func (d *pgxTx) maxConns() int { return int(d.pool.Config().MaxConns) }

@@ -27,6 +27,8 @@ type txDriver interface {
 	recordRun(ctx context.Context, r runRecord) error
 	commit(ctx context.Context) error
 	rollback(ctx context.Context) error
+	// maxConns is the most connections the pool may open (0: no limit).
+	maxConns() int
 }
 
 // lockStatement is the statement that takes a call's locks, as built by
@@ -66,6 +68,13 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
+	}
+	if c.fencing && d.maxConns() == 1 {
+		// The publish needs a second connection while the lock transaction
+		// holds the only one: refuse now instead of waiting for the publish
+		// step's timeout on every call.
+		return c.invalid("publish", fmt.Errorf("%w: WithFencing publishes the token on a second pool connection "+
+			"while the lock transaction holds one, and this pool allows only 1; allow at least 2", ErrInvalidArgument))
 	}
 	start := time.Now()
 	res, err := d.begin(ctx, c.readOnly, c.txLockStatement())

@@ -89,4 +89,6 @@ func (d *stdlibTx) commit(context.Context) error { return d.tx.Commit() }
 
 func (d *stdlibTx) rollback(context.Context) error { return d.tx.Rollback() }
 
+func (d *stdlibTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
