@@ -47,9 +47,9 @@ func ParamID(name string, params ...string) int64 {
 // NameError reports an invalid lock name and the byte offset of the
 // problem, so tools can point at it.
 type NameError struct {
-	Name   string
-	Offset int // byte offset into Name
-	Reason string
+	Name   string // the name as given
+	Offset int    // byte offset into Name
+	Reason string // what is wrong, e.g. "character 'X' is not allowed"
 }
 
 // Error implements error.

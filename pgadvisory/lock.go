@@ -13,7 +13,7 @@ import (
 // filled in; the name appears in errors and observer events.
 type Lock struct {
 	Name string // declared name, e.g. "reports.daily_email"
-	ID   int64
+	ID   int64  // advisory-lock key: keyspace.ID(Name), or the ID pinned in locks.yaml
 
 	// defaults are options declared with the lock (see With), applied
 	// before the options of each call. A pointer keeps Lock comparable.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
@@ -485,29 +485,29 @@ func randomParam(r *rand.Rand) string {
 // call it at once.
 func ExampleMigrate() {
 	ctx := context.Background()
-	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
-	if err != nil {
-		panic(err)
-	}
+	db := exampleDB() // sql.Open("pgx", url) on the URL in LOCKGEN_DATABASE_URL
 	defer db.Close()
 	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	var id int64
-	_ = db.QueryRowContext(ctx, `SELECT pgadvisory.lock_id('billing.invoice', $1)`, keyspace.Int64Param(42)).Scan(&id)
+	if err := db.QueryRowContext(ctx, `SELECT pgadvisory.lock_id('billing.invoice', $1)`, keyspace.Int64Param(42)).Scan(&id); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(id == keyspace.ParamID("billing.invoice", keyspace.Int64Param(42)))
+	// Output: true
 }
 
 // ExampleMigrate_pgx: pgx users wrap their pool in a *sql.DB for Migrate.
 func ExampleMigrate_pgx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		panic(err)
-	}
+	pool := examplePool() // pgxpool.New(ctx, url)
 	defer pool.Close()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
+	fmt.Println("migrated")
+	// Output: migrated
 }

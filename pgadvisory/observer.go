@@ -45,14 +45,23 @@ func (k EventKind) String() string {
 
 // Event is what an observer (see [WithObserver]) receives.
 type Event struct {
-	Kind    EventKind
-	Name    string  // declared lock name, if the call came through a [Lock]
-	LockIDs []int64 // the call's lock IDs, ascending
-	Shared  bool    // shared mode
-	Session bool    // a session lock rather than a transaction lock
-	Wait    time.Duration
-	Held    time.Duration
-	Err     error
+	Kind    EventKind // what happened
+	Name    string    // declared lock name, if the call came through a [Lock]
+	LockIDs []int64   // the call's lock IDs, ascending
+	Shared  bool      // shared mode
+	Session bool      // a session lock rather than a transaction lock
+	// Wait is how long taking the locks took (EventAcquired): from the
+	// start of the call to the grant, including getting a connection, BEGIN,
+	// the lock statement's round trip and any wait for the lock (WithWait),
+	// and publishing the fencing token (WithFencing).
+	Wait time.Duration
+	// Held is how long the locks were held (EventReleased): from the grant
+	// to the end of COMMIT or ROLLBACK (for session locks, the unlock), when
+	// the server released them.
+	Held time.Duration
+	// Err is the error of the call (EventError, EventContended, and
+	// EventReleased when fn or COMMIT failed); nil otherwise.
+	Err error
 }
 
 // SlogObserver returns an observer that logs each event to logger: acquired
