@@ -15,25 +15,27 @@ const Empty = "no advisory locks held or awaited"
 
 // WriteTable writes locks as an aligned table for people:
 //
-//	NAME/KEY  PARAMS  MODE  STATE  PID  APP  CLIENT  XACT AGE  BLOCKED BY
+//	NAME/KEY  PARAMS  MODE  STATE  PID  APP  CLIENT  XACT AGE  BACKEND  BLOCKED BY
 //
 // NAME/KEY is the registered name or the raw key; STATE is granted or
-// waiting; "-" marks an empty or unknown value.
+// waiting; BACKEND is the holder's or waiter's pg_stat_activity state (a
+// holder "idle in transaction" for long is paused or stuck); "-" marks an
+// empty or unknown value.
 func WriteTable(w io.Writer, locks []Lock) error {
 	if len(locks) == 0 {
 		_, err := fmt.Fprintln(w, Empty)
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME/KEY\tPARAMS\tMODE\tSTATE\tPID\tAPP\tCLIENT\tXACT AGE\tBLOCKED BY")
+	fmt.Fprintln(tw, "NAME/KEY\tPARAMS\tMODE\tSTATE\tPID\tAPP\tCLIENT\tXACT AGE\tBACKEND\tBLOCKED BY")
 	for _, l := range locks {
 		age := "-"
 		if !l.XactStart.IsZero() {
 			age = FormatAge(l.XactAge)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			cell(l.Label()), cell(paramsText(l.Params)), cell(l.Mode), stateText(l.Granted),
-			cell(pidText(l.PID)), cell(l.AppName), cell(l.ClientAddr), age, cell(pidsText(l.BlockedBy)))
+			cell(pidText(l.PID)), cell(l.AppName), cell(l.ClientAddr), age, cell(l.State), cell(pidsText(l.BlockedBy)))
 	}
 	return tw.Flush()
 }

@@ -221,7 +221,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 	require.NoError(t, status.WriteTable(&table, locks))
 	lines := strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n")
 	require.Len(t, lines, 5, table.String())
-	require.Regexp(t, `^NAME/KEY +PARAMS +MODE +STATE +PID +APP +CLIENT +XACT AGE +BLOCKED BY$`, lines[0])
+	require.Regexp(t, `^NAME/KEY +PARAMS +MODE +STATE +PID +APP +CLIENT +XACT AGE +BACKEND +BLOCKED BY$`, lines[0])
 	cols := func(line string) []string { return regexp.MustCompile(`  +`).Split(line, -1) }
 	// Aligned: every column starts where its header does.
 	starts := func(line string) []int {
@@ -232,17 +232,20 @@ func TestWriteTableAndJSON(t *testing.T) {
 		return out
 	}
 	for _, line := range lines[1:] {
-		require.Len(t, cols(line), 9, line)
+		require.Len(t, cols(line), 10, line)
 		require.Equal(t, starts(lines[0]), starts(line), "%q\n%q", lines[0], line)
 	}
 	inst, holder, waiter, raw := cols(lines[1]), cols(lines[2]), cols(lines[3]), cols(lines[4])
 	require.Equal(t, []string{s.Invoice.Name, fmt.Sprintf("tenant_id=%d", s.Tenant), "exclusive", "granted", strconv.Itoa(s.SessionPID), s.SessionApp}, inst[:6])
 	require.Equal(t, "-", inst[7], "no transaction")
 	require.Equal(t, []string{s.Plain.Name, "-", "exclusive", "granted", strconv.Itoa(s.HolderPID), s.HolderApp}, holder[:6])
-	require.Equal(t, "-", holder[8])
+	require.Equal(t, "idle", inst[8], "a session lock's backend between statements")
+	require.Equal(t, "idle in transaction", holder[8])
+	require.Equal(t, "-", holder[9])
 	require.Regexp(t, `^[0-9.]+(ms|s|m)`, holder[7])
 	require.Equal(t, []string{s.Plain.Name, "-", "exclusive", "waiting", strconv.Itoa(s.WaiterPID), s.WaiterApp}, waiter[:6])
-	require.Equal(t, strconv.Itoa(s.HolderPID), waiter[8])
+	require.Equal(t, "active", waiter[8], "waiting inside pg_advisory_xact_lock")
+	require.Equal(t, strconv.Itoa(s.HolderPID), waiter[9])
 	require.Equal(t, strconv.FormatInt(s.RawKey, 10), raw[0])
 
 	var out bytes.Buffer
