@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,7 +94,10 @@ parameter values (keyspace.ParamID). Without -f the values are taken as
 canonical text: int64 in decimal, uuid in lowercase hyphenated form, bool as
 true or false, strings as they are. With -f, NAME must be declared in the
 file: its declared parameter types canonicalize the values ("+042" becomes
-"42") and a pinned or kept ID is printed as declared. Flags go before NAME.
+"42") and a pinned or kept ID is printed as declared. Without -f, when
+locks.yaml in the current directory declares NAME and its declared ID would
+differ (a pin, non-canonical values, another parameter count), a note on
+stderr says so. Flags go before NAME.
 `,
 	flags: fileFlag,
 	run: func(c *cli, fs *flag.FlagSet) int {
@@ -112,36 +116,76 @@ file: its declared parameter types canonicalize the values ("+042" becomes
 		fileSet := false
 		fs.Visit(func(f *flag.Flag) { fileSet = fileSet || f.Name == "f" })
 		if !fileSet {
-			fmt.Fprintln(c.stdout, keyspace.ParamID(name, params...))
+			raw := keyspace.ParamID(name, params...)
+			fmt.Fprintln(c.stdout, raw)
+			c.noteDeclared(name, params, raw)
 			return exitOK
 		}
 		r, err := gogen.Load(c.file)
 		if err != nil {
 			return c.fail(err)
 		}
-		l := r.File.Lookup(name)
-		switch {
-		case l == nil:
-			return c.usageError("id", "lock %q is not declared in %s", name, c.file)
-		case len(params) != len(l.Params):
-			want := "no parameters"
-			if !l.Plain() {
-				want = fmt.Sprintf("%d parameter(s): %s", len(l.Params), paramList(l))
+		id, problem := declaredID(r.File.Lookup(name), name, params)
+		if problem != "" {
+			if r.File.Lookup(name) == nil {
+				problem += " in " + c.file
 			}
-			return c.usageError("id", "lock %q takes %s; got %d", name, want, len(params))
-		case l.Plain():
-			fmt.Fprintln(c.stdout, l.ID)
-			return exitOK
+			return c.usageError("id", "%s", problem)
 		}
-		canon := make([]string, len(params))
-		for i, p := range l.Params {
-			s, err := keyspace.Canonical(p.Type, params[i])
-			if err != nil {
-				return c.usageError("id", "parameter %s: %s", p.Name, strings.TrimPrefix(err.Error(), "keyspace: "))
-			}
-			canon[i] = s
-		}
-		fmt.Fprintln(c.stdout, keyspace.ParamID(name, canon...))
+		fmt.Fprintln(c.stdout, id)
 		return exitOK
 	},
+}
+
+// declaredID is the ID of the declared lock l (nil: not declared) with the
+// parameter values params, canonicalized by their declared types; a
+// non-empty problem says why there is none.
+func declaredID(l *decl.Lock, name string, params []string) (id int64, problem string) {
+	switch {
+	case l == nil:
+		return 0, fmt.Sprintf("lock %q is not declared", name)
+	case len(params) != len(l.Params):
+		want := "no parameters"
+		if !l.Plain() {
+			want = fmt.Sprintf("%d parameter(s): %s", len(l.Params), paramList(l))
+		}
+		return 0, fmt.Sprintf("lock %q takes %s; got %d", name, want, len(params))
+	case l.Plain():
+		return l.ID, ""
+	}
+	canon := make([]string, len(params))
+	for i, p := range l.Params {
+		s, err := keyspace.Canonical(p.Type, params[i])
+		if err != nil {
+			return 0, fmt.Sprintf("parameter %s: %s", p.Name, strings.TrimPrefix(err.Error(), "keyspace: "))
+		}
+		canon[i] = s
+	}
+	return keyspace.ParamID(name, canon...), ""
+}
+
+// noteDeclared warns, on stderr, when the declarations file in the current
+// directory (the -f default) declares name and the ID it would give differs
+// from raw, the rule applied to the text as written: a pinned or kept ID,
+// values that are not canonical, a wrong parameter count. stdout keeps the
+// rule's answer; the note says how to get the declared one.
+func (c *cli) noteDeclared(name string, params []string, raw int64) {
+	if _, err := os.Stat(c.file); err != nil {
+		return
+	}
+	r, err := gogen.Load(c.file)
+	if err != nil {
+		return
+	}
+	l := r.File.Lookup(name)
+	if l == nil {
+		return
+	}
+	id, problem := declaredID(l, name, params)
+	switch {
+	case problem != "":
+		fmt.Fprintf(c.stderr, "lockgen id: note: %s declares %s differently: %s; this is the rule's ID for the text as given\n", c.file, name, problem)
+	case id != raw:
+		fmt.Fprintf(c.stderr, "lockgen id: note: %s declares %s with ID %d; run lockgen id -f %s for the declared ID\n", c.file, name, id, c.file)
+	}
 }
