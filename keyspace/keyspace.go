@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"unicode/utf8"
 )
 
 // MaxNameLength is the longest lock name, in bytes, that ValidateName accepts.
@@ -84,6 +85,13 @@ func ValidateName(name string) error {
 			}
 		case c >= 'A' && c <= 'Z':
 			return fail(i, "uppercase letter: names are lowercase")
+		case c >= utf8.RuneSelf:
+			// Name the whole character, not its first byte.
+			r, _ := utf8.DecodeRuneInString(name[i:])
+			if r == utf8.RuneError {
+				return fail(i, "invalid UTF-8: use [a-z0-9_] and dots")
+			}
+			return fail(i, fmt.Sprintf("character %q is not allowed: use [a-z0-9_] and dots", r))
 		default:
 			return fail(i, fmt.Sprintf("character %q is not allowed: use [a-z0-9_] and dots", rune(c)))
 		}

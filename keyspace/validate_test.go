@@ -50,8 +50,9 @@ func TestValidateNameRejects(t *testing.T) {
 		{"a b", 1, `' ' is not allowed`},
 		{"a\x00", 1, `'\x00' is not allowed`},
 		{"a\n", 1, `'\n' is not allowed`},
-		{"grüße", 2, "is not allowed"}, // offset of the first byte of ü
-		{"é", 0, "is not allowed"},
+		{"grüße", 2, `'ü' is not allowed`}, // offset of the first byte of ü
+		{"é", 0, `'é' is not allowed`},
+		{"a\xff", 1, "invalid UTF-8"},
 		{"a.b/c", 3, `'/' is not allowed`},
 	} {
 		err := keyspace.ValidateName(tc.name)
