@@ -495,6 +495,8 @@ func outputProblem(s string) string {
 		return "is empty: name the generated Go file, e.g. locks_gen.go"
 	case path.IsAbs(s) || filepath.IsAbs(s) || strings.HasPrefix(s, `\`):
 		return "must be relative to the declarations file"
+	case cleanOutput(s) == ".." || strings.HasPrefix(cleanOutput(s), "../"):
+		return "must stay in the declarations file's directory or below it: keep locks.yaml beside the package it generates"
 	case !strings.HasSuffix(s, ".go"):
 		return "must end in .go"
 	case strings.HasSuffix(s, "_test.go"):
