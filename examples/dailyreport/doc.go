@@ -11,15 +11,17 @@
 //
 //  1. three replicas (three pools, each with its own application_name)
 //     fire the daily report at once; RunOnce lets exactly one send it;
-//  2. they fire again a second later: the day is done, all three skip;
+//  2. they fire again seconds apart (1 s, 2 s and 3 s later): the day is
+//     done, all three skip;
 //  3. replica A holds billing.close_day with a fencing token, hands the
-//     token to a worker and pauses; its lock connection dies
-//     (pg_terminate_backend, as a GC pause plus an idle timeout would do),
-//     replica B takes the lock and closes the day, and A's worker, waking
-//     up, is refused by the fenced balances table (ErrStaleToken).
+//     token to a worker and pauses for 2 s; its pool runs with
+//     idle_in_transaction_session_timeout = 1 s, so PostgreSQL ends its idle
+//     lock session and the lock is released; replica B, waiting for the
+//     lock, takes it with a newer token and closes the day, and A's worker,
+//     waking up, is refused by the fenced balances table (ErrStaleToken).
 //
-// It exits non-zero if exactly one report was not sent or the stale write
-// was not rejected.
+// It exits non-zero if exactly one report was not sent, replica A's lock was
+// not lost to the idle timeout, or the stale write was not rejected.
 //
 // The locks are declared in locks.yaml; regenerate locks_gen.go with
 //

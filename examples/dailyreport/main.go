@@ -38,9 +38,10 @@ func main() {
 
 // run plays the three acts against the database at url, printing the story
 // to out. It returns an error when the database is unreachable or an
-// invariant fails (not exactly one report, stale write not rejected).
+// invariant fails (not exactly one report, replica A's lock not lost to the
+// idle timeout, stale write not rejected).
 func run(ctx context.Context, url string, out io.Writer) (err error) {
-	admin, err := open(url, "dailyreport-admin")
+	admin, err := open(url, "dailyreport-admin", nil)
 	if err != nil {
 		return err
 	}
@@ -72,7 +73,13 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 
 	var replicas []replica
 	for _, name := range []string{"replica-a", "replica-b", "replica-c"} {
-		db, err := open(url, "dailyreport-"+name)
+		// Only replica A's sessions have an idle-in-transaction timeout:
+		// act 3's pause makes the server end its lock session.
+		var params map[string]string
+		if name == "replica-a" {
+			params = replicaAParams()
+		}
+		db, err := open(url, "dailyreport-"+name, params)
 		if err != nil {
 			return err
 		}
@@ -94,7 +101,7 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 	for _, line := range res.lines() {
 		fmt.Fprintln(out, line)
 	}
-	if res.fence, err = pauseAndFence(ctx, admin, replicas[0], replicas[1], s); err != nil {
+	if res.fence, err = pauseAndFence(ctx, replicas[0], replicas[1], s); err != nil {
 		return err
 	}
 	for _, line := range res.fence.lines() {
@@ -115,13 +122,17 @@ type replica struct {
 	db   *sql.DB
 }
 
-// open returns a pgx stdlib pool on url that announces itself as app.
-func open(url, app string) (*sql.DB, error) {
+// open returns a pgx stdlib pool on url that announces itself as app and
+// sets params (runtime parameters) on each of its connections.
+func open(url, app string, params map[string]string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("dailyreport: database URL: %w", err)
 	}
 	cfg.RuntimeParams["application_name"] = app
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(4)
 	return db, nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testdb"
@@ -17,8 +18,9 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // TestRunTellsTheScenario runs the example against the package's test
-// database: exactly one report, every re-fire skipped, the stale write
-// rejected, B's balance kept, and nothing left behind.
+// database: exactly one report, every re-fire skipped, replica A's lock lost
+// to its idle-in-transaction timeout, the stale write rejected, B's balance
+// kept, and nothing left behind.
 func TestRunTellsTheScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -35,7 +37,9 @@ func TestRunTellsTheScenario(t *testing.T) {
 	require.Equal(t, 2, strings.Count(act1, "(ErrLocked)")+strings.Count(act1, "(ErrAlreadyDone)"), act1)
 	require.Equal(t, 3, strings.Count(act2, "(ErrAlreadyDone)"), act2)
 	require.Contains(t, act2, "reports sent for "+pgadvisory.DailyWindow(time.Now(), mustZone(t))+": 1")
-	require.Contains(t, act3, "replica-b: took billing.close_day with token")
+	require.Contains(t, act3, "idle in transaction over 1s; the lock is released")
+	require.Contains(t, act3, "replica-a: its commit finds the session gone (ErrConnLost, SQLSTATE 25P03)")
+	require.Contains(t, act3, "replica-b: took billing.close_day after waiting")
 	require.Contains(t, act3, "rejected by the fenced table (ErrStaleToken)")
 	require.Contains(t, act3, "final balance of acme: 140")
 	require.True(t, strings.HasSuffix(out, "ok: exactly one report, stale write rejected\n"), out)
@@ -65,7 +69,11 @@ func TestCheckDetectsBrokenInvariants(t *testing.T) {
 				{"replica-c", pgadvisory.ErrAlreadyDone},
 			},
 			reports: 1,
-			fence:   fenceResult{lateErr: &pgadvisory.Error{Kind: pgadvisory.ErrStaleToken, Err: errors.New("LF001")}, final: openingBalance + dayCharges},
+			fence: fenceResult{
+				errA:    &pgadvisory.Error{Kind: pgadvisory.ErrConnLost, Err: &pgconn.PgError{Code: "25P03"}},
+				lateErr: &pgadvisory.Error{Kind: pgadvisory.ErrStaleToken, Err: errors.New("LF001")},
+				final:   openingBalance + dayCharges,
+			},
 		}
 	}
 	require.NoError(t, good().check())
@@ -79,7 +87,11 @@ func TestCheckDetectsBrokenInvariants(t *testing.T) {
 		"late write accepted": func(r *result) { r.fence.lateErr = nil },
 		"late write other":    func(r *result) { r.fence.lateErr = pgadvisory.ErrConnLost },
 		"b failed":            func(r *result) { r.fence.errB = pgadvisory.ErrLocked },
-		"charges applied 2x":  func(r *result) { r.fence.final = openingBalance + 2*dayCharges },
+		"a kept its lock":     func(r *result) { r.fence.errA = nil },
+		"a terminated": func(r *result) {
+			r.fence.errA = &pgadvisory.Error{Kind: pgadvisory.ErrConnLost, Err: &pgconn.PgError{Code: "57P01"}}
+		},
+		"charges applied 2x": func(r *result) { r.fence.final = openingBalance + 2*dayCharges },
 	}
 	for name, breakIt := range broken {
 		t.Run(name, func(t *testing.T) {

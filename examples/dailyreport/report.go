@@ -10,13 +10,19 @@ import (
 )
 
 // The report job's timing: how long building the report holds the lock (so
-// the other replicas arrive while it runs), when the cron fires again and
-// how far apart the replicas' clocks fire then.
+// the other replicas arrive while it runs; below replica A's idleTimeout),
+// when the cron fires again and how far apart the replicas' clocks fire
+// then: seconds apart, yet the whole example runs in a few seconds.
 const (
 	buildTime   = 300 * time.Millisecond
 	refireAfter = time.Second
-	refireSkew  = 200 * time.Millisecond
+	refireSkew  = time.Second
 )
+
+// refireAt is when replica i fires again, counted from the end of act 1.
+func refireAt(i int) time.Duration {
+	return refireAfter + time.Duration(i)*refireSkew
+}
 
 // outcome is what one replica's report job returned.
 type outcome struct {
@@ -53,15 +59,14 @@ func fireAtOnce(ctx context.Context, replicas []replica, s *store) []outcome {
 	return out
 }
 
-// fireAgain is act 2: the cron fires again a second later, the replicas a
-// little apart, each after the first run committed.
+// fireAgain is act 2: the cron fires again seconds apart, replica i at
+// refireAt(i) (on a schedule, so the jobs' own durations do not add up),
+// each after the first run committed.
 func fireAgain(ctx context.Context, replicas []replica, s *store) []outcome {
 	out := make([]outcome, len(replicas))
-	time.Sleep(refireAfter)
+	start := time.Now()
 	for i, r := range replicas {
-		if i > 0 {
-			time.Sleep(refireSkew)
-		}
+		time.Sleep(time.Until(start.Add(refireAt(i))))
 		out[i] = outcome{r.name, fireReport(ctx, r, s, 0)}
 	}
 	return out

@@ -39,6 +39,9 @@ func (r result) check() error {
 	if r.reports != 1 {
 		errs = append(errs, fmt.Errorf("%d sent reports in the outbox, want 1", r.reports))
 	}
+	if !r.fence.lostToIdleTimeout() {
+		errs = append(errs, fmt.Errorf("act 3: replica-a's lock call got %v, want ErrConnLost with SQLSTATE %s (idle_in_transaction_session_timeout)", r.fence.errA, sqlstateIdleTimeout))
+	}
 	if r.fence.errB != nil {
 		errs = append(errs, fmt.Errorf("act 3: replica-b: %w", r.fence.errB))
 	}
@@ -60,9 +63,9 @@ func (r result) lines() []string {
 	for _, o := range r.first {
 		out = append(out, "  "+o.replica+": "+r.describe(o.err))
 	}
-	out = append(out, fmt.Sprintf("act 2: they fire again %v later, %v apart", refireAfter, refireSkew))
-	for _, o := range r.second {
-		out = append(out, "  "+o.replica+": "+r.describe(o.err))
+	out = append(out, fmt.Sprintf("act 2: they fire again seconds apart (their clocks are %v apart)", refireSkew))
+	for i, o := range r.second {
+		out = append(out, fmt.Sprintf("  %s, %v later: %s", o.replica, refireAt(i), r.describe(o.err)))
 	}
 	return append(out, fmt.Sprintf("reports sent for %s: %d", r.day, r.reports))
 }
