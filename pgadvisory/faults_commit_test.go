@@ -1,0 +1,301 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/pgcluster"
+	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// Fault tests: the holder's backend is killed (pg_terminate_backend) while
+// the server runs its COMMIT, at two points chosen deterministically rather
+// than by luck (TestFaultKillLedger hits COMMIT only sometimes):
+//
+//   - before the commit record: a deferred constraint trigger sleeps inside
+//     COMMIT, and the backend is killed while it sleeps. Nothing commits.
+//   - after the commit record: synchronous_standby_names names a standby that
+//     never connects, so COMMIT waits in SyncRep after committing locally, and
+//     the backend is killed while it waits. The row is committed.
+//
+// The client sees a broken connection during COMMIT in both cases and cannot
+// tell them apart, so both front doors must answer ErrCommitUnknown. Each
+// case has a control run through the design source's hand-written
+// RunExclusive (designSourceRunExclusive, bench_test.go): it returns a bare
+// driver error in both cases, although one did not commit and the other did,
+// so a caller reading "error, so nothing happened" is wrong in the second.
+//
+// Helpers carry the kc prefix; front doors and observers come from
+// failures_test.go (fm).
+
+// kcSleepInCommit bounds how long the deferred trigger sleeps inside COMMIT.
+// The test kills the backend as soon as it is seen sleeping, so this is not
+// a timing assumption: it only has to outlast a slow observer.
+const kcSleepInCommit = "30"
+
+// kcRun is one call under test: a front door or the design source.
+type kcRun func(ctx context.Context, key int64, fn func(fmTx) error) error
+
+func kcDoorRun(door fmDoor) kcRun {
+	return func(ctx context.Context, key int64, fn func(fmTx) error) error { return door.run(ctx, key, fn) }
+}
+
+// kcDesignSourceRun is the design source's RunExclusive on a database/sql
+// pool of its own; adjust (may be nil) edits the connection configuration.
+func kcDesignSourceRun(t *testing.T, adjust func(*pgx.ConnConfig)) kcRun {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	if adjust != nil {
+		adjust(cfg)
+	}
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = db.Close() })
+	return func(ctx context.Context, key int64, fn func(fmTx) error) error {
+		return designSourceRunExclusive(ctx, db, key, func(tx *sql.Tx) error { return fn(fmSQLTx{tx}) })
+	}
+}
+
+// kcKillDuringCommit runs one call through run whose fn inserts label into
+// e's table. When the call's backend is seen executing COMMIT while waiting
+// on waitEvent, the observer terminates it. It returns the call's error.
+func kcKillDuringCommit(t *testing.T, ctx context.Context, e *fmEnv, run kcRun, key int64, label, waitEvent string) error {
+	t.Helper()
+	pids := make(chan int64, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, key, func(tx fmTx) error {
+			pid, err := tx.queryInt(ctx, "SELECT pg_backend_pid()")
+			if err != nil {
+				return err
+			}
+			if err := e.mark(ctx, tx, label); err != nil {
+				return err
+			}
+			pids <- pid
+			return nil
+		})
+	}()
+	var pid int64
+	select {
+	case pid = <-pids:
+	case err := <-done:
+		t.Fatalf("the call ended before fn ran: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("fn never ran: %v", ctx.Err())
+	}
+
+	// Wait (bounded by ctx) until the backend is inside COMMIT at the chosen
+	// point. If the call ends first, COMMIT did not stop where the test
+	// expects and the test is void.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		require.NoError(t, e.obs.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+			WHERE pid = $1 AND state = 'active' AND lower(query) = 'commit' AND wait_event = $2`,
+			pid, waitEvent).Scan(&n))
+		if n == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the call ended before its backend was seen in COMMIT waiting on %s: %v", waitEvent, err)
+		case <-ctx.Done():
+			t.Fatalf("backend %d never seen in COMMIT waiting on %s: %v", pid, waitEvent, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	require.False(t, e.lockFree(t, key), "control: the probe sees the lock held while COMMIT runs")
+
+	var killed bool
+	// With a timeout, pg_terminate_backend waits until the backend is gone.
+	require.NoError(t, e.obs.QueryRowContext(ctx, "SELECT pg_terminate_backend($1, 30000)", pid).Scan(&killed))
+	require.True(t, killed)
+	require.False(t, e.backendAlive(t, pid))
+
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatalf("the call did not return after its backend was killed: %v", ctx.Err())
+		return nil
+	}
+}
+
+// kcRequireControl checks a design-source call killed during COMMIT: a bare
+// driver error, which says nothing about the outcome, whatever the row says.
+func kcRequireControl(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
+	require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
+	var pe *pgadvisory.Error
+	require.False(t, errors.As(err, &pe), "the design source returns the driver's error as is")
+	t.Logf("design source's error: %v", err)
+}
+
+// TestFaultKillDuringCommitBeforeRecord: the backend is killed while COMMIT
+// runs a deferred trigger, before the commit record is written. The server
+// aborts the transaction and ends the session (FATAL 57P01). The library
+// does not guess from the server's reason which side of the commit record
+// the session ended on: a session lost during COMMIT is ErrCommitUnknown.
+// Nothing is committed, the lock is free and the pool goes on working.
+func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
+	setup := func(t *testing.T) *fmEnv {
+		e := fmNewEnv(t)
+		fn := pgx.Identifier{testdb.Schema(t), "sleep_in_commit"}.Sanitize()
+		// A deferred constraint trigger runs at COMMIT, before the commit
+		// record. Only rows labelled in-commit* sleep, so the usability check
+		// commits at once.
+		_, err := e.obs.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_sleep(` + kcSleepInCommit + `); RETURN NULL; END $$`)
+		require.NoError(t, err)
+		_, err = e.obs.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + e.table + `
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.label LIKE 'in-commit%')
+			EXECUTE FUNCTION ` + fn + `()`)
+		require.NoError(t, err)
+		return e
+	}
+	for _, name := range fmDoorNames {
+		t.Run(name, func(t *testing.T) {
+			ctx := fmContext(t)
+			e := setup(t)
+			door := fmOpen(t, name, nil)
+			key := testdb.Key(t)
+			err := kcKillDuringCommit(t, ctx, e, kcDoorRun(door), key, "in-commit", "PgSleep")
+			fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
+			require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+			require.False(t, e.committed(t, "in-commit"), "killed before the commit record: rolled back")
+			require.True(t, e.lockFree(t, key))
+			fmRequireNoLeak(t, door)
+			fmRequireUsable(t, e, door, key, "next-call")
+		})
+	}
+	t.Run("control-design-source", func(t *testing.T) {
+		ctx := fmContext(t)
+		e := setup(t)
+		key := testdb.Key(t)
+		err := kcKillDuringCommit(t, ctx, e, kcDesignSourceRun(t, nil), key, "in-commit", "PgSleep")
+		kcRequireControl(t, err)
+		// Here "error, so not committed" happens to be right; the same bare
+		// error comes back after the commit record (AfterRecord's control).
+		require.False(t, e.committed(t, "in-commit"))
+		require.True(t, e.lockFree(t, key))
+	})
+}
+
+// kcSyncRepCluster is a throwaway cluster whose synchronous standby never
+// connects: a session with synchronous_commit = on waits in SyncRep after
+// every COMMIT that wrote WAL, committed locally but never acknowledged. The
+// cluster's default stays synchronous_commit = off (pgcluster's), so
+// observers, setup and cleanup never wait; the calls under test opt in.
+func kcSyncRepCluster(t *testing.T) *pgcluster.Cluster {
+	t.Helper()
+	return pgcluster.Shared(t, "pgadvisory-syncrep",
+		pgcluster.WithSetting("synchronous_standby_names", "nobody"))
+}
+
+// kcOnCluster points a configuration at c with synchronous_commit = on.
+func kcOnCluster(t *testing.T, c *pgcluster.Cluster) func(*pgx.ConnConfig) {
+	t.Helper()
+	cc, err := pgx.ParseConfig(c.URL())
+	require.NoError(t, err)
+	return func(cfg *pgx.ConnConfig) {
+		cfg.Host, cfg.Port, cfg.Database, cfg.User, cfg.Password = cc.Host, cc.Port, cc.Database, cc.User, cc.Password
+		cfg.TLSConfig, cfg.Fallbacks = nil, nil
+		cfg.RuntimeParams["synchronous_commit"] = "on"
+	}
+}
+
+// kcClusterEnv is fmEnv on c: an observer with synchronous_commit = off and
+// a marks table of the test's own, dropped at the end (the cluster is
+// shared by the test binary).
+func kcClusterEnv(t *testing.T, c *pgcluster.Cluster) *fmEnv {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(c.URL())
+	require.NoError(t, err)
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	obs := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = obs.Close() })
+	table := pgx.Identifier{fmt.Sprintf("kc_marks_%x", testdb.Key(t))}.Sanitize()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = obs.ExecContext(ctx, "CREATE TABLE "+table+" (label text PRIMARY KEY)")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// A failed test may have left a session waiting in SyncRep with the
+		// table locked: end it, or the DROP waits forever.
+		_, _ = obs.ExecContext(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_locks
+			WHERE relation = $1::regclass AND pid <> pg_backend_pid()`, table)
+		_, _ = obs.ExecContext(ctx, "DROP TABLE IF EXISTS "+table)
+	})
+	return &fmEnv{obs: obs, table: table}
+}
+
+// kcRequireUsableLocal shows the door still works on the SyncRep cluster: a
+// call that writes commits. Its transaction commits with synchronous_commit
+// = local, since a durable commit there would wait forever by design.
+func kcRequireUsableLocal(t *testing.T, e *fmEnv, door fmDoor, key int64, label string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, door.run(ctx, key, func(tx fmTx) error {
+		if err := tx.exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
+			return err
+		}
+		return e.mark(ctx, tx, label)
+	}))
+	require.True(t, e.committed(t, label), "control: a committed mark is seen")
+}
+
+// TestFaultKillDuringCommitAfterRecord: the backend is killed while COMMIT
+// waits for a synchronous standby, after the commit record. The server
+// finishes the local commit and closes the connection without an answer
+// (only a WARNING that the transaction "has already committed locally").
+// The call reports ErrCommitUnknown, and the row is indeed committed: the
+// library claims neither outcome. The lock is free and the pool goes on
+// working.
+func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
+	c := kcSyncRepCluster(t)
+	for _, name := range fmDoorNames {
+		t.Run(name, func(t *testing.T) {
+			ctx := fmContext(t)
+			e := kcClusterEnv(t, c)
+			door := fmOpen(t, name, kcOnCluster(t, c))
+			key := testdb.Key(t)
+			err := kcKillDuringCommit(t, ctx, e, kcDoorRun(door), key, "in-syncrep", "SyncRep")
+			fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
+			require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+			require.Eventually(t, func() bool { return e.committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
+				"killed after the commit record: committed locally")
+			require.Eventually(t, func() bool { return e.lockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+			fmRequireNoLeak(t, door)
+			kcRequireUsableLocal(t, e, door, key, "next-call")
+		})
+	}
+	t.Run("control-design-source", func(t *testing.T) {
+		ctx := fmContext(t)
+		e := kcClusterEnv(t, c)
+		key := testdb.Key(t)
+		err := kcKillDuringCommit(t, ctx, e, kcDesignSourceRun(t, kcOnCluster(t, c)), key, "in-syncrep", "SyncRep")
+		kcRequireControl(t, err)
+		// The trap: a bare error from COMMIT, yet the row is committed. A
+		// caller that treats the error as "nothing happened" and redoes the
+		// work does it twice.
+		require.Eventually(t, func() bool { return e.committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
+			"the design source failed, yet its work committed")
+		require.Eventually(t, func() bool { return e.lockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+	})
+}
