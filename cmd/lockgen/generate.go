@@ -9,7 +9,7 @@ import (
 
 var generateCmd = &command{
 	name: "generate",
-	help: `usage: lockgen generate [-f file]
+	help: `usage: lockgen generate [-f file] [-forget-history]
 
 Generate reads the declarations file and writes the Go file it names
 (output:, by default <file>_gen.go next to it). The file is replaced
@@ -18,16 +18,23 @@ have any problem, all of them are printed and nothing is written.
 
 Generate refuses to drop or re-key a lock it emitted before unless the
 declarations say what is meant: renamed_from with on_rename, retired, or
-on_id_change. From go generate:
+on_id_change. What it emitted before is recorded at the end of the output
+file; when that file is missing (deleted, or output: changed), the output
+committed at git HEAD is read instead. -forget-history ignores both, to
+recover from a damaged output: renames since then go unchecked. From go
+generate:
 
 	//go:generate go tool lockgen generate
 `,
-	flags: fileFlag,
+	flags: func(c *cli, fs *flag.FlagSet) {
+		fileFlag(c, fs)
+		fs.BoolVar(&c.forgetHistory, "forget-history", false, "ignore what the previous output emitted (renames go unchecked)")
+	},
 	run: func(c *cli, fs *flag.FlagSet) int {
 		if fs.NArg() > 0 {
 			return c.usageError("generate", "unexpected argument %q", fs.Arg(0))
 		}
-		r, err := gogen.Load(c.file)
+		r, err := gogen.LoadWith(c.file, gogen.LoadOptions{ForgetHistory: c.forgetHistory})
 		if err != nil {
 			return c.fail(err)
 		}

@@ -83,6 +83,7 @@ func main() {
 type cli struct {
 	stdout, stderr io.Writer
 	file           string     // -f
+	forgetHistory  bool       // generate -forget-history
 	fence          fenceFlags // lockgen fence's other flags
 	db             dbFlags    // register's and status's database flags
 }

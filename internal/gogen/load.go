@@ -28,6 +28,21 @@ func (r *Result) Fresh() bool {
 // problem in the files comes back together in one decl.ErrorList; other
 // errors (unreadable files) are returned as they are.
 func Load(path string) (*Result, error) {
+	return LoadWith(path, LoadOptions{})
+}
+
+// LoadOptions adjust [LoadWith].
+type LoadOptions struct {
+	// ForgetHistory ignores what the previous output emitted: renames,
+	// removals and ID changes since then go unchecked. It exists to recover
+	// from a damaged output file.
+	ForgetHistory bool
+}
+
+// LoadWith is [Load] with options. When the output file is missing, the
+// history comes from the output committed at git HEAD, if any (see
+// committedHistory).
+func LoadWith(path string, opts LoadOptions) (*Result, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("gogen: reading declarations: %w", err)
@@ -42,7 +57,19 @@ func Load(path string) (*Result, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("gogen: reading the current output: %w", err)
 	}
-	return build(f, perr, cur, exists)
+	if opts.ForgetHistory {
+		var herr error
+		if exists {
+			herr = checkGenerated(out, cur)
+		}
+		return build(f, perr, cur, exists, nil, herr)
+	}
+	if exists {
+		hist, herr := ReadManifest(out, cur)
+		return build(f, perr, cur, exists, hist, herr)
+	}
+	hist, herr := committedHistory(path)
+	return build(f, perr, cur, exists, hist, herr)
 }
 
 // Build is Load on in-memory contents: the declarations src read from path,
@@ -52,16 +79,20 @@ func Build(path string, src, current []byte) (*Result, error) {
 	if f == nil {
 		return nil, perr
 	}
-	return build(f, perr, current, current != nil)
-}
-
-func build(f *decl.File, perr error, cur []byte, exists bool) (*Result, error) {
-	r := &Result{File: f, OutPath: f.OutputPath(), Exists: exists}
 	var hist decl.History
 	var herr error
+	if current != nil {
+		hist, herr = ReadManifest(f.OutputPath(), current)
+	}
+	return build(f, perr, current, current != nil, hist, herr)
+}
+
+// build checks f against hist (what was emitted last time; herr is the
+// error reading it) and generates.
+func build(f *decl.File, perr error, cur []byte, exists bool, hist decl.History, herr error) (*Result, error) {
+	r := &Result{File: f, OutPath: f.OutputPath(), Exists: exists}
 	if exists {
 		r.Current = cur
-		hist, herr = ReadManifest(r.OutPath, cur)
 	}
 	cerr := decl.Check(f, hist)
 	if err := decl.Join(perr, herr, cerr); err != nil {
