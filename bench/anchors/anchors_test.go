@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,9 +45,17 @@ const fencedPoolSize = 2 * poolSize
 // redisTTL is the TTL of the Redis lock.
 const redisTTL = 10 * time.Second
 
-// parallelism sets the goroutines of the contended rows:
-// parallelism × GOMAXPROCS (2 on the benchmark machine).
-const parallelism = 8
+// contendedGoroutines is how many goroutines the contended rows run.
+const contendedGoroutines = 16
+
+// parallelism is the b.SetParallelism factor that gives contendedGoroutines
+// goroutines on this GOMAXPROCS (RunParallel starts factor × GOMAXPROCS),
+// rounded up when GOMAXPROCS does not divide 16; the rows report the count
+// they ran as the "goroutines" metric.
+func parallelism() int {
+	p := runtime.GOMAXPROCS(0)
+	return (contendedGoroutines + p - 1) / p
+}
 
 // variant is one implementation under test.
 type variant struct {
@@ -221,7 +230,7 @@ func check(err, loser error) (won bool, _ error) {
 }
 
 // BenchmarkAnchors runs every variant uncontended (one op after the other on
-// one key), then from parallelism × GOMAXPROCS goroutines (16 on 2 cores)
+// one key), then from parallelism × GOMAXPROCS goroutines (16 on any GOMAXPROCS that divides 16)
 // on one key (key=same: most attempts lose; time/op is per attempt and
 // wins/op the share that won) and on one key per goroutine (key=distinct).
 // The bare transactions run contended as key=none.
@@ -341,7 +350,8 @@ func benchParallel(b *testing.B, c *rtCounter, loser error, newOp func() func() 
 		b.Fatalf("warm-up: %v", err)
 	}
 	var wins, failed atomic.Int64
-	b.SetParallelism(parallelism)
+	b.SetParallelism(parallelism())
+	b.ReportMetric(float64(parallelism()*runtime.GOMAXPROCS(0)), "goroutines")
 	b.ReportAllocs()
 	before := c.trips.Load()
 	b.ResetTimer()
