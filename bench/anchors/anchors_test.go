@@ -351,7 +351,6 @@ func benchParallel(b *testing.B, c *rtCounter, loser error, newOp func() func() 
 	}
 	var wins, failed atomic.Int64
 	b.SetParallelism(parallelism())
-	b.ReportMetric(float64(parallelism()*runtime.GOMAXPROCS(0)), "goroutines")
 	b.ReportAllocs()
 	before := c.trips.Load()
 	b.ResetTimer()
@@ -373,4 +372,5 @@ func benchParallel(b *testing.B, c *rtCounter, loser error, newOp func() func() 
 	b.StopTimer()
 	b.ReportMetric(float64(wins.Load())/float64(b.N), "wins/op")
 	b.ReportMetric(float64(c.trips.Load()-before)/float64(b.N), "rt/op")
+	b.ReportMetric(float64(parallelism()*runtime.GOMAXPROCS(0)), "goroutines")
 }
