@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -105,6 +106,18 @@ func TestLockTableFull(t *testing.T) {
 		require.Equal(t, []int64{key}, e.LockIDs, d.name)
 	}
 	require.Zero(t, called, "fn must not run without the lock")
+
+	// Control: the design source's RunExclusive on the same full table. The
+	// try function raises 53200 rather than returning false, so hand-written
+	// code gets a bare driver error: neither its "locked" outcome nor anything
+	// that tells an operator the cluster-wide lock table is exhausted.
+	err = designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { called++; return nil })
+	require.Error(t, err)
+	require.NotErrorIs(t, err, designSourceErrLocked, "the try function raised; it did not return false")
+	var typed *pgadvisory.Error
+	require.False(t, errors.As(err, &typed), "hand-written code has no typed error: %v", err)
+	require.Equal(t, "53200", pgadvisory.SQLState(err), "the same server error, untyped")
+	require.Zero(t, called)
 
 	// Releasing the helper's locks makes room again.
 	_, err = helper.Exec(ctx, "SELECT pg_advisory_unlock_all()")
