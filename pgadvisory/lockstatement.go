@@ -20,6 +20,12 @@ import (
 //	  FROM (SELECT current_setting('lock_timeout') AS previous,
 //	               set_config('lock_timeout', $3, true)) AS lock_timeout
 //
+// A session-lock statement takes its locks only on the backend whose pid the
+// caller checked just before ($last = pg_backend_pid(), else the locks come
+// back false): behind a transaction-pooling PgBouncer the statement may land
+// on another server connection, where a session lock would outlive the
+// client's session. The caller compares the returned pid and refuses.
+//
 // The FROM subquery is evaluated before the select list, so the timeout is in
 // force when the first wait starts; once every lock is granted the previous
 // value comes back, so the timeout does not apply to fn's statements.
@@ -76,6 +82,15 @@ func buildLockStatement(s statementShape) string {
 			"set_config('pgadvisory.fencing_token', nextval('pgadvisory.fencing_token_seq')::text, true)::bigint END FROM (")
 	}
 	b.WriteString("SELECT ")
+	if s.session {
+		pidParam := s.n + 1
+		if s.timeout {
+			pidParam++
+		}
+		b.WriteString("COALESCE(CASE WHEN pg_backend_pid() = $")
+		b.WriteString(strconv.Itoa(pidParam))
+		b.WriteString(" THEN (")
+	}
 	for i := 1; i <= s.n; i++ {
 		if i > 1 {
 			b.WriteString(" AND ")
@@ -92,6 +107,9 @@ func buildLockStatement(s statementShape) string {
 		// Once the locks are granted, put lock_timeout back to what it was,
 		// so the timeout bounds the wait for the lock and not fn's statements.
 		b.WriteString(" AND set_config('lock_timeout', lock_timeout.previous, true) IS NOT NULL")
+	}
+	if s.session {
+		b.WriteString(") END, false)")
 	}
 	if s.fencing {
 		b.WriteString(" AS granted, pg_is_in_recovery() AS standby")

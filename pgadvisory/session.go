@@ -28,8 +28,12 @@ import (
 // to other clients. RunSession compares the backend pid the server reports
 // with the one announced when the connection was opened (a pooler announces
 // its own); a mismatch returns [ErrTransactionPooler] before any lock is
-// taken. The comparison needs the pgx stdlib driver; with other drivers the
-// check is skipped.
+// taken. The comparison needs the pgx stdlib driver. With other drivers two
+// later defences remain: the lock statement takes the locks only on the
+// backend whose pid was just read (elsewhere it takes nothing, and the call
+// returns ErrTransactionPooler), and the watcher's check counts the locks
+// held by whichever backend answers, so a session moved to another server
+// connection cancels fn's context with ErrLockLost.
 //
 // fn's own database work uses other connections and is not covered by the
 // lock the way RunExclusive's transaction is: use fencing for correctness.
@@ -106,6 +110,7 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 	}
 
 	query, args := c.lockStatement(true)
+	args = append(args, pid) // locks are taken only on this backend (see lockStatement)
 	var granted bool
 	var lockPID int32
 	if err := conn.queryRow(ctx, query, args, &granted, &standby, &lockPID); err != nil {
