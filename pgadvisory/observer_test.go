@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -107,6 +108,22 @@ func TestObserverEvents(t *testing.T) {
 			require.NoError(t, release())
 		})
 
+		t.Run("error", func(t *testing.T) {
+			// A failed step (not fn's own error) is an EventError carrying
+			// the call's typed error.
+			canceled, cancel := context.WithCancel(ctx)
+			cancel()
+			err := inst.run(canceled, key, noop, rec.option())
+			require.ErrorIs(t, err, context.Canceled)
+			evs := rec.take()
+			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventError}, kinds(evs))
+			require.ErrorIs(t, evs[0].Err, context.Canceled)
+			var pe *pgadvisory.Error
+			require.ErrorAs(t, evs[0].Err, &pe)
+			require.Equal(t, []int64{key}, pe.LockIDs)
+			require.Equal(t, []int64{key}, evs[0].LockIDs)
+		})
+
 		t.Run("fn-fails", func(t *testing.T) {
 			boom := errors.New("boom")
 			err := inst.run(ctx, key, func(txq) error { return boom }, rec.option())
@@ -182,6 +199,14 @@ func TestSlogObserver(t *testing.T) {
 		requireRecord(recs[0], pgadvisory.EventAcquired, slog.LevelDebug)
 		requireRecord(recs[1], pgadvisory.EventReleased, slog.LevelWarn)
 		require.Equal(t, "boom", recs[1]["error"])
+
+		canceled, cancel := context.WithCancel(ctx)
+		cancel()
+		require.ErrorIs(t, inst.runLock(canceled, lock, noop, observe), context.Canceled)
+		recs = parseLog(t, &buf)
+		require.Len(t, recs, 1)
+		requireRecord(recs[0], pgadvisory.EventError, slog.LevelError)
+		require.Contains(t, recs[0]["error"], "context canceled")
 
 		// Control: an Info logger keeps only the contention record.
 		infoLogger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
