@@ -1,10 +1,9 @@
 package anchors
 
-// Fixtures: a private database on the server named by LOCKGEN_DATABASE_URL,
-// unique lock keys, pools of 16 connections whose round trips are counted,
-// and the local Redis. The root module's internal/testdb and
-// internal/wirecount cannot be imported from this module, so this file has
-// small equivalents.
+// Fixtures: the package database that the root module's internal/testdb
+// gives this test package on the server named by LOCKGEN_DATABASE_URL (with
+// lockgen's schema applied once), unique lock keys, pools of 16 connections
+// whose round trips are counted, and the local Redis.
 
 import (
 	"context"
@@ -13,9 +12,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,23 +23,20 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 const (
-	envURL     = "LOCKGEN_DATABASE_URL"
-	defaultURL = "postgres://localhost:5432/test"
-	envRedis   = "LOCKGEN_REDIS_ADDR"
-	redisAddr  = "127.0.0.1:6379"
-	poolSize   = 16
+	envRedis  = "LOCKGEN_REDIS_ADDR"
+	redisAddr = "127.0.0.1:6379"
+	poolSize  = 16
 )
 
 var (
-	dbOnce sync.Once
-	dbURL  string // URL of the private database
-	dbName string
-	dbErr  error
-	keySeq atomic.Int64
+	migrateOnce sync.Once
+	migrateErr  error
+	keySeq      atomic.Int64
 	// keyBase is random in the high bits so reruns against a shared server
 	// do not collide.
 	keyBase = func() int64 {
@@ -52,88 +46,24 @@ var (
 	}()
 )
 
-func serverURL() string {
-	if u := os.Getenv(envURL); u != "" {
-		return u
-	}
-	return defaultURL
-}
+// TestMain gives the package its own database and drops it afterwards.
+func TestMain(m *testing.M) { testdb.Main(m) }
 
-// TestMain drops the private database after the benchmarks.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if dbName != "" {
-		if err := dropDatabase(dbName); err != nil {
-			fmt.Fprintf(os.Stderr, "anchors: dropping %s: %v\n", dbName, err)
-		}
-	}
-	os.Exit(code)
-}
-
-// privateURL creates the private database on first use (with lockgen's
-// schema applied by pgadvisory.Migrate) and returns its URL; without a
-// server the benchmark is skipped with the reason.
+// privateURL returns the package database's URL, with lockgen's schema
+// applied by pgadvisory.Migrate on first use. Without a server the benchmark
+// is skipped (failed when CI is set), as testdb does.
 func privateURL(b *testing.B) string {
 	b.Helper()
-	dbOnce.Do(func() { dbURL, dbErr = createDatabase() })
-	if dbErr != nil {
-		b.Skipf("anchors: PostgreSQL at %s (set %s) is not usable: %v", serverURL(), envURL, dbErr)
+	u := testdb.URL(b)
+	migrateOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		migrateErr = pgadvisory.Migrate(ctx, testdb.DB(b))
+	})
+	if migrateErr != nil {
+		b.Fatalf("anchors: applying lockgen's migrations: %v", migrateErr)
 	}
-	return dbURL
-}
-
-func createDatabase() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, serverURL())
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	name := fmt.Sprintf("lockgen_anchors_%x", r)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("anchors: creating %s: %w", name, err)
-	}
-	dbName = name
-	u, err := withDatabase(serverURL(), name)
-	if err != nil {
-		return "", err
-	}
-	db, err := sql.Open("pgx", u)
-	if err != nil {
-		return "", err
-	}
-	defer db.Close()
-	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		return "", err
-	}
-	return u, nil
-}
-
-func dropDatabase(name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, serverURL())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	return err
-}
-
-func withDatabase(base, name string) (string, error) {
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		u, err := url.Parse(base)
-		if err != nil {
-			return "", err
-		}
-		u.Path = "/" + name
-		return u.String(), nil
-	}
-	return base + " dbname=" + name, nil
+	return u
 }
 
 // newKey returns a lock key no other benchmark in this process uses.
@@ -230,8 +160,11 @@ func redisClient(b *testing.B, c *rtCounter) (*redis.Client, error) {
 
 // rtCounter counts client/server round trips on the connections it dials:
 // a round trip starts with the first write after a read (pipelined writes
-// count once). It is a small copy of the idea of the root module's
-// internal/wirecount, which this module cannot import.
+// count once), as in the root module's internal/wirecount. It is kept
+// separate because wirecount serializes every read and write of all its
+// connections on one mutex (for its gate), which would throttle the
+// 16-goroutine rows; here each connection has its own lock and the total
+// is one atomic counter.
 type rtCounter struct{ trips atomic.Int64 }
 
 type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
