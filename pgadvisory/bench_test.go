@@ -30,44 +30,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/lockgen/lockgen/internal/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/internal/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// ---- Baseline: the design source, verbatim ----------------------------------
+// ---- Baseline: the design source, verbatim ---------------------------------
 //
-// designSourceRunExclusive is the function pglock.RunExclusive from the
-// design source, the blog post "Distributed Locking: Redis, PostgreSQL và
-// những trade-off" (/work/shared/seeds/000_820481cf010be46d.txt, package
-// pglock), copied verbatim; only the two identifiers were renamed
-// (RunExclusive, ErrLocked) so they cannot clash with this package's names.
-// It is the baseline that pgadvisory.RunExclusive is measured against.
-
-var designSourceErrLocked = errors.New("pglock: job đang được instance khác chạy")
-
-// RunExclusive chạy fn khi và chỉ khi giành được advisory lock lockID.
-// Lock tự giải phóng khi transaction commit hoặc rollback.
-func designSourceRunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() // no-op nếu đã commit
-
-	var locked bool
-	if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockID).Scan(&locked); err != nil {
-		return err
-	}
-	if !locked {
-		return designSourceErrLocked
-	}
-
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
+// pglock.RunExclusive (internal/designsource/pglock) is the design source's
+// RunExclusive, copied verbatim; pgadvisory.RunExclusive is measured against it.
 
 // ---- Other baselines -----------------------------------------------------------
 
@@ -265,7 +237,7 @@ func BenchmarkStdlib(b *testing.B) {
 		benchCase{"design_source", func(b *testing.B) {
 			key := testdb.Key(b)
 			benchOp(b, c, backToBack, nil, idle, func() error {
-				return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+				return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
 			})
 		}},
 		benchCase{"lockgen", func(b *testing.B) {
@@ -338,8 +310,8 @@ func BenchmarkContended(b *testing.B) {
 			})
 		}},
 		benchCase{"stdlib_design_source_loser", func(b *testing.B) {
-			benchOp(b, c, settled, designSourceErrLocked, sIdle, func() error {
-				return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			benchOp(b, c, settled, pglock.ErrLocked, sIdle, func() error {
+				return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
 			})
 		}},
 		benchCase{"stdlib_loser", func(b *testing.B) {

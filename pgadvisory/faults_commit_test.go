@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/pgcluster"
 	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -61,7 +62,7 @@ func kcDesignSourceRun(t *testing.T, adjust func(*pgx.ConnConfig)) kcRun {
 	db := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { _ = db.Close() })
 	return func(ctx context.Context, key int64, fn func(fmTx) error) error {
-		return designSourceRunExclusive(ctx, db, key, func(tx *sql.Tx) error { return fn(fmSQLTx{tx}) })
+		return pglock.RunExclusive(ctx, db, key, func(tx *sql.Tx) error { return fn(fmSQLTx{tx}) })
 	}
 }
 

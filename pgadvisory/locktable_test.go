@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/pgcluster"
 	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -111,9 +112,9 @@ func TestLockTableFull(t *testing.T) {
 	// try function raises 53200 rather than returning false, so hand-written
 	// code gets a bare driver error: neither its "locked" outcome nor anything
 	// that tells an operator the cluster-wide lock table is exhausted.
-	err = designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { called++; return nil })
+	err = pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { called++; return nil })
 	require.Error(t, err)
-	require.NotErrorIs(t, err, designSourceErrLocked, "the try function raised; it did not return false")
+	require.NotErrorIs(t, err, pglock.ErrLocked, "the try function raised; it did not return false")
 	var typed *pgadvisory.Error
 	require.False(t, errors.As(err, &typed), "hand-written code has no typed error: %v", err)
 	require.Equal(t, "53200", pgadvisory.SQLState(err), "the same server error, untyped")

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/internal/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -146,7 +147,7 @@ func TestRoundTripsControls(t *testing.T) {
 	t.Run("design_source", func(t *testing.T) {
 		key := testdb.Key(t)
 		rtSteady(t, c, 3, func() error {
-			return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
 		})
 	})
 	t.Run("design_source_loser_waits_for_rollback", func(t *testing.T) {
@@ -154,8 +155,8 @@ func TestRoundTripsControls(t *testing.T) {
 		// so with the gate at 2 it cannot return; it needs a third round trip.
 		key := testdb.Key(t)
 		rtHold(t, key)
-		op := func() error { return designSourceRunExclusive(ctx, db, key, func(*sql.Tx) error { return nil }) }
-		require.ErrorIs(t, op(), designSourceErrLocked, "warm-up")
+		op := func() error { return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil }) }
+		require.ErrorIs(t, op(), pglock.ErrLocked, "warm-up")
 		before := c.RoundTrips()
 		release := c.Gate(2)
 		t.Cleanup(release)
@@ -168,7 +169,7 @@ func TestRoundTripsControls(t *testing.T) {
 		default:
 		}
 		release()
-		require.ErrorIs(t, <-errc, designSourceErrLocked)
+		require.ErrorIs(t, <-errc, pglock.ErrLocked)
 		require.EqualValues(t, 3, c.RoundTrips()-before, "BEGIN, lock, ROLLBACK before returning")
 	})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgen/lockgen/internal/designsource/pglock"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -119,8 +120,8 @@ func (f *fixtures) variants() []variant {
 		{name: "bare_tx_pgx", keyless: true, op: func(int64) func() error {
 			return func() error { return bareTxPgx(ctx, f.pool) }
 		}},
-		{name: "design_source", loser: designSourceErrLocked, op: func(key int64) func() error {
-			return func() error { return designSourceRunExclusive(ctx, f.db, key, emptySQL) }
+		{name: "design_source", loser: pglock.ErrLocked, op: func(key int64) func() error {
+			return func() error { return pglock.RunExclusive(ctx, f.db, key, emptySQL) }
 		}},
 		{name: "lockgen_stdlib", loser: pgadvisory.ErrLocked, op: func(key int64) func() error {
 			return func() error { return pgadvisory.RunExclusive(ctx, f.db, key, emptySQL) }

@@ -1,48 +1,21 @@
 package anchors
 
-// The design source's two locks, from the blog post "Distributed Locking:
+// The design source's Redis lock, from the blog post "Distributed Locking:
 // Redis, PostgreSQL và những trade-off"
-// (/work/shared/seeds/000_820481cf010be46d.txt): pglock.RunExclusive and
-// redislock.Acquire/Release, copied verbatim; only identifiers were renamed
-// (prefix designSource/redisLock) so both fit in one package.
+// (/work/shared/seeds/000_820481cf010be46d.txt): redislock.Acquire/Release,
+// copied verbatim; only identifiers were renamed (prefix redisLock) so it fits
+// in this package. Its PostgreSQL lock is the root module's
+// internal/designsource/pglock, shared with pgadvisory's benchmarks.
 
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// ---- package pglock --------------------------------------------------------
-
-var designSourceErrLocked = errors.New("pglock: job đang được instance khác chạy")
-
-// RunExclusive chạy fn khi và chỉ khi giành được advisory lock lockID.
-// Lock tự giải phóng khi transaction commit hoặc rollback.
-func designSourceRunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() // no-op nếu đã commit
-
-	var locked bool
-	if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockID).Scan(&locked); err != nil {
-		return err
-	}
-	if !locked {
-		return designSourceErrLocked
-	}
-
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
 
 // ---- package redislock -----------------------------------------------------
 
