@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/lockgen/lockgen/internal/status"
 )
@@ -23,6 +24,9 @@ query directly.
 string), name, params, mode, state, granted, pid, application_name,
 client_addr, xact_start, xact_age_seconds, backend_state, wait_event and
 blocked_by; unknown values are null.
+
+Advisory locks taken with two int4 keys (pg_advisory_lock(int, int), a key
+space lockgen does not use) are not listed; a note on stderr counts them.
 
 pg_locks does not tell session-level from transaction-level holds. Seeing
 other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
@@ -51,6 +55,12 @@ other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
 		}
 		if err := write(c.stdout, locks); err != nil {
 			return c.fail(err)
+		}
+		if n, err := status.Int4KeyLocks(ctx, db); err != nil {
+			return c.fail(err)
+		} else if n > 0 {
+			fmt.Fprintf(c.stderr, "lockgen status: note: %d advisory lock(s) taken with two int4 keys (pg_advisory_lock(int, int)) are not listed; "+
+				"see SELECT * FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2\n", n)
 		}
 		return exitOK
 	},

@@ -110,6 +110,32 @@ func TestStatusCommandJSON(t *testing.T) {
 	}
 }
 
+// TestStatusCommandNotesInt4Keys: locks taken with two int4 keys, which the
+// view does not list, are counted in a note on stderr; stdout stays the
+// table or JSON. Control: without such locks there is no note.
+func TestStatusCommandNotesInt4Keys(t *testing.T) {
+	ctx := t.Context()
+	db := testdb.DB(t)
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	u := testdb.URL(t)
+	code, _, errOut := lockgen("status", "-db", u)
+	require.Equal(t, exitOK, code, errOut)
+	require.Empty(t, errOut, "control: no two-int4-key locks, no note")
+
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock(7, 8)")
+	require.NoError(t, err)
+	for _, args := range [][]string{{"status", "-db", u}, {"status", "-db", u, "-json"}} {
+		code, out, errOut := lockgen(args...)
+		require.Equal(t, exitOK, code, errOut)
+		require.Equal(t, "lockgen status: note: 1 advisory lock(s) taken with two int4 keys (pg_advisory_lock(int, int)) are not listed; "+
+			"see SELECT * FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2\n", errOut)
+		require.NotContains(t, out, "note:")
+	}
+}
+
 // TestStatusCommandWithoutMigrations: a database without lockgen's schema
 // fails with what to do.
 func TestStatusCommandWithoutMigrations(t *testing.T) {

@@ -71,6 +71,24 @@ const querySQL = `SELECT lock_id, name, params::text, declared_params::text, mod
 FROM pgadvisory.status
 WHERE $1 = '' OR pg_catalog.starts_with(name, $1)`
 
+// int4KeysSQL counts the advisory locks in this database taken with two int4
+// keys (pg_advisory_lock(int, int)): a key space of its own (objsubid = 2)
+// that lockgen never uses and the view does not list.
+const int4KeysSQL = `SELECT count(*) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 2
+  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())`
+
+// Int4KeyLocks returns how many advisory locks held or awaited in db's
+// database use the two-int4 key space, which [Query] does not list, so that
+// a caller can say they exist.
+func Int4KeyLocks(ctx context.Context, db *sql.DB) (int, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, int4KeysSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("status: counting two-int4-key advisory locks: %w", err)
+	}
+	return n, nil
+}
+
 // Query returns the advisory locks held and awaited in db's database whose
 // names start with prefix ("" for all, including unregistered keys), sorted
 // by [Sort]. The view is created by the migrations; without it the error

@@ -332,3 +332,41 @@ func TestQueryWithoutMigrations(t *testing.T) {
 	_, err = status.Query(ctx, db, "")
 	require.NoError(t, err)
 }
+
+// TestInt4KeyLocksCounted: locks taken with two int4 keys are invisible to
+// the view (objsubid = 2) and counted by Int4KeyLocks instead. Control: the
+// bigint-key lock taken beside them is listed by Query and not counted.
+func TestInt4KeyLocksCounted(t *testing.T) {
+	ctx := t.Context()
+	db := testdb.DB(t)
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	before, err := status.Int4KeyLocks(ctx, db)
+	require.NoError(t, err)
+
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	key := testdb.Key(t)
+	a, b := int32(key>>32), int32(key)
+	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock($1::int4, $2::int4), pg_advisory_lock_shared($2::int4, $1::int4), pg_advisory_lock($3::bigint)", a, b, key)
+	require.NoError(t, err)
+
+	n, err := status.Int4KeyLocks(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, before+2, n)
+	locks, err := status.Query(ctx, db, "")
+	require.NoError(t, err)
+	var listed int
+	for _, l := range locks {
+		if l.LockID == key {
+			listed++
+		}
+	}
+	require.Equal(t, 1, listed, "control: the bigint-key lock is listed")
+
+	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
+	require.NoError(t, err)
+	n, err = status.Int4KeyLocks(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, before, n)
+}
