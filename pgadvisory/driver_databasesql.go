@@ -3,38 +3,9 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
-	"strconv"
 
 	"github.com/lockgen/lockgen/internal/sqlcstd"
 )
-
-// RunExclusive runs fn inside a transaction that holds the transaction-scoped
-// advisory lock lockID (pg_try_advisory_xact_lock), and commits fn's work and
-// releases the lock together.
-//
-// It begins a READ COMMITTED transaction and takes the lock in its own
-// statement, so fn's statements see everything the previous holder committed.
-// If the lock is held elsewhere it returns [ErrLocked] without calling fn. If
-// fn returns an error the transaction is rolled back and that error returned
-// (wrapped in an [*Error] when it has a known kind, such as [ErrDeadlock]). If
-// fn panics, the transaction is rolled back and the panic continues. If ctx is
-// done before or during the call, the error wraps ctx.Err() and nothing is
-// committed. Otherwise the transaction commits; a failed COMMIT is reported,
-// as [ErrCommitUnknown] when the connection broke during it.
-//
-// Round trips: BEGIN, the lock statement, COMMIT, as in a hand-written
-// version; options add none. [RunExclusivePgx] needs two.
-//
-// All writes that must be protected by the lock go through tx: work done on
-// other connections is not covered (see the fencing documentation).
-func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
-	if err != nil {
-		return err
-	}
-	d := &stdlibTx{db: db}
-	return run(ctx, c, d, func() error { return fn(d.tx) })
-}
 
 // stdlibTx runs the protocol over database/sql.
 type stdlibTx struct {
@@ -90,5 +61,3 @@ func (d *stdlibTx) commit(context.Context) error { return d.tx.Commit() }
 func (d *stdlibTx) rollback(context.Context) error { return d.tx.Rollback() }
 
 func (d *stdlibTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

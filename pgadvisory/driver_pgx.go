@@ -10,26 +10,6 @@ import (
 	"github.com/lockgen/lockgen/internal/sqlcpgx"
 )
 
-// RunExclusivePgx is [RunExclusive] for a pgx pool: fn receives a [pgx.Tx].
-//
-// BEGIN and the lock statement travel in one pipelined round trip (pgx's
-// [pgx.Batch.BeginTx]), so an uncontended call costs two round trips (BEGIN
-// with the lock, then COMMIT) and a contended one returns [ErrLocked] after
-// one; the ROLLBACK that returns the loser's connection to the pool finishes
-// in the background. Behaviour, options and errors are those of
-// [RunExclusive].
-//
-// fn must not call tx.Begin expecting a separate transaction: pgx implements
-// it as a savepoint inside the lock transaction.
-func RunExclusivePgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(pgx.Tx) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, "*pgxpool.Pool", pool == nil, fn == nil)
-	if err != nil {
-		return err
-	}
-	d := &pgxTx{pool: pool}
-	return run(ctx, c, d, func() error { return fn(d.tx) })
-}
-
 // pgxTx runs the protocol over a pgx pool.
 type pgxTx struct {
 	pool *pgxpool.Pool

@@ -3,8 +3,8 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
+	"strconv"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -37,17 +37,7 @@ func (l Lock) With(opts ...Option) Lock {
 
 // String returns the lock's name and ID, e.g. "reports.daily_email(-6078806957557529815)".
 func (l Lock) String() string {
-	return l.Name + "(" + itoa(l.ID) + ")"
-}
-
-// RunExclusive is [RunExclusive] on l.
-func (l Lock) RunExclusive(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error, opts ...Option) error {
-	return RunExclusive(ctx, db, l.ID, fn, l.named(opts)...)
-}
-
-// RunExclusivePgx is [RunExclusivePgx] on l.
-func (l Lock) RunExclusivePgx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error, opts ...Option) error {
-	return RunExclusivePgx(ctx, pool, l.ID, fn, l.named(opts)...)
+	return l.Name + "(" + strconv.FormatInt(l.ID, 10) + ")"
 }
 
 // RunSession is [RunSession] on l.
