@@ -3,6 +3,9 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgen/lockgen/internal/sqlcstd"
 )
@@ -61,3 +64,28 @@ func (d *stdlibTx) commit(context.Context) error { return d.tx.Commit() }
 func (d *stdlibTx) rollback(context.Context) error { return d.tx.Rollback() }
 
 func (d *stdlibTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
+
+// stdlibSession is a database/sql connection held for a session lock.
+type stdlibSession struct{ conn *sql.Conn }
+
+func (s *stdlibSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (s *stdlibSession) announcedPID() (pid uint32, ok bool) {
+	_ = s.conn.Raw(func(dc any) error {
+		if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
+			pid, ok = pc.Conn().PgConn().PID(), true
+		}
+		return nil
+	})
+	return pid, ok
+}
+
+func (s *stdlibSession) release() { _ = s.conn.Close() }
+
+func (s *stdlibSession) discard() {
+	// Returning ErrBadConn from Raw makes database/sql close the connection.
+	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = s.conn.Close()
+}

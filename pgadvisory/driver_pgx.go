@@ -2,6 +2,7 @@ package pgadvisory
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -74,3 +75,22 @@ func (d *pgxTx) commit(ctx context.Context) error { return d.tx.Commit(ctx) }
 func (d *pgxTx) rollback(ctx context.Context) error { return d.tx.Rollback(ctx) }
 
 func (d *pgxTx) maxConns() int { return int(d.pool.Config().MaxConns) }
+
+// pgxSession is a pgx pool connection held for a session lock.
+type pgxSession struct{ conn *pgxpool.Conn }
+
+func (s *pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.conn.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (s *pgxSession) announcedPID() (uint32, bool) {
+	return s.conn.Conn().PgConn().PID(), true
+}
+
+func (s *pgxSession) release() { s.conn.Release() }
+
+func (s *pgxSession) discard() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.conn.Hijack().Close(ctx)
+}

@@ -3,13 +3,11 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -229,48 +227,4 @@ func (w *watcher) watch(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// stdlibSession is a database/sql connection held for a session lock.
-type stdlibSession struct{ conn *sql.Conn }
-
-func (s *stdlibSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return s.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
-}
-
-func (s *stdlibSession) announcedPID() (pid uint32, ok bool) {
-	_ = s.conn.Raw(func(dc any) error {
-		if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
-			pid, ok = pc.Conn().PgConn().PID(), true
-		}
-		return nil
-	})
-	return pid, ok
-}
-
-func (s *stdlibSession) release() { _ = s.conn.Close() }
-
-func (s *stdlibSession) discard() {
-	// Returning ErrBadConn from Raw makes database/sql close the connection.
-	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = s.conn.Close()
-}
-
-// pgxSession is a pgx pool connection held for a session lock.
-type pgxSession struct{ conn *pgxpool.Conn }
-
-func (s *pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return s.conn.QueryRow(ctx, query, args...).Scan(dest...)
-}
-
-func (s *pgxSession) announcedPID() (uint32, bool) {
-	return s.conn.Conn().PgConn().PID(), true
-}
-
-func (s *pgxSession) release() { s.conn.Release() }
-
-func (s *pgxSession) discard() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = s.conn.Hijack().Close(ctx)
 }
