@@ -1,12 +1,6 @@
 package pgadvisory
 
-import (
-	"context"
-	"database/sql"
-	"strconv"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-)
+import "strconv"
 
 // Lock is a named lock; generated code (cmd/lockgen) produces values of this
 // type. Its methods are the package functions with the lock's ID and name
@@ -38,16 +32,6 @@ func (l Lock) With(opts ...Option) Lock {
 // String returns the lock's name and ID, e.g. "reports.daily_email(-6078806957557529815)".
 func (l Lock) String() string {
 	return l.Name + "(" + strconv.FormatInt(l.ID, 10) + ")"
-}
-
-// RunSession is [RunSession] on l.
-func (l Lock) RunSession(ctx context.Context, db *sql.DB, fn func(context.Context) error, opts ...Option) error {
-	return RunSession(ctx, db, l.ID, fn, l.named(opts)...)
-}
-
-// RunSessionPgx is [RunSessionPgx] on l.
-func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context) error, opts ...Option) error {
-	return RunSessionPgx(ctx, pool, l.ID, fn, l.named(opts)...)
 }
 
 // named prepends the lock's name and declared defaults to a call's options.

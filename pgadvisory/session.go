@@ -63,6 +63,16 @@ func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn fun
 	}, fn)
 }
 
+// RunSession is [RunSession] on l.
+func (l Lock) RunSession(ctx context.Context, db *sql.DB, fn func(context.Context) error, opts ...Option) error {
+	return RunSession(ctx, db, l.ID, fn, l.named(opts)...)
+}
+
+// RunSessionPgx is [RunSessionPgx] on l.
+func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context) error, opts ...Option) error {
+	return RunSessionPgx(ctx, pool, l.ID, fn, l.named(opts)...)
+}
+
 // sessionConn is a dedicated connection as the session protocol needs it.
 type sessionConn interface {
 	queryRow(ctx context.Context, query string, args []any, dest ...any) error
