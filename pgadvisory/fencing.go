@@ -162,33 +162,22 @@ func fencedFailure(ctx context.Context, token int64, err error) error {
 	return &Error{Op: fmt.Sprintf("fenced write (token %d)", token), SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
 }
 
-// afterGrant runs the steps between the grant and fn: publishing the fencing
-// token and checking the run-once ledger.
-func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error {
-	if c.fencing {
-		// The publish needs a second connection while the lock transaction
-		// holds one; bound the whole step (pool wait included) so that a pool
-		// exhausted by fenced holders fails instead of hanging.
-		pctx, cancel := context.WithTimeout(ctx, 2*defaultPublishTimeout)
-		defer cancel()
-		timeout := lockTimeoutSetting(defaultPublishTimeout)
-		for _, id := range c.ids {
-			published, err := d.publish(pctx, id, token, timeout)
-			if err != nil {
-				return c.failure(ctx, "publish", err)
-			}
-			if !published {
-				return c.failure(ctx, "publish", fmt.Errorf("%w: a newer token than %d is already published for lock %d", ErrStaleToken, token, id))
-			}
-		}
-	}
-	if c.runOnce {
-		done, err := d.runOnceDone(ctx, c.primary, c.window)
+// publishToken is the step between the grant and fn that publishes token for
+// each of the call's locks, on another connection, before fn runs.
+func (c *config) publishToken(ctx context.Context, d txDriver, token int64) error {
+	// The publish needs a second connection while the lock transaction
+	// holds one; bound the whole step (pool wait included) so that a pool
+	// exhausted by fenced holders fails instead of hanging.
+	pctx, cancel := context.WithTimeout(ctx, 2*defaultPublishTimeout)
+	defer cancel()
+	timeout := lockTimeoutSetting(defaultPublishTimeout)
+	for _, id := range c.ids {
+		published, err := d.publish(pctx, id, token, timeout)
 		if err != nil {
-			return c.failure(ctx, "run-once", err)
+			return c.failure(ctx, "publish", err)
 		}
-		if done {
-			return ErrAlreadyDone
+		if !published {
+			return c.failure(ctx, "publish", fmt.Errorf("%w: a newer token than %d is already published for lock %d", ErrStaleToken, token, id))
 		}
 	}
 	return nil

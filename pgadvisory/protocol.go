@@ -140,6 +140,21 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	return nil
 }
 
+// afterGrant runs the steps between the grant and fn, in order: publishing
+// the fencing token (fencing.go) and checking the run-once ledger
+// (runonce.go).
+func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error {
+	if c.fencing {
+		if err := c.publishToken(ctx, d, token); err != nil {
+			return err
+		}
+	}
+	if c.runOnce {
+		return c.checkLedger(ctx, d)
+	}
+	return nil
+}
+
 // txLockStatement is the lock statement of a transaction-scoped call.
 func (c *config) txLockStatement() lockStatement {
 	query, args := c.lockStatement(false)

@@ -84,6 +84,19 @@ func (c *config) setRunOnce(lockID int64, window string) error {
 	return nil
 }
 
+// checkLedger is the step between the grant and fn that looks the window up
+// in the run-once ledger: ErrAlreadyDone when it has a successful run.
+func (c *config) checkLedger(ctx context.Context, d txDriver) error {
+	done, err := d.runOnceDone(ctx, c.primary, c.window)
+	if err != nil {
+		return c.failure(ctx, "run-once", err)
+	}
+	if done {
+		return ErrAlreadyDone
+	}
+	return nil
+}
+
 // recordRun writes the ledger row; a row already there (a success that
 // bypassed the lock) turns into ErrAlreadyDone.
 func (c *config) recordRun(ctx context.Context, d txDriver, token int64, started time.Time) error {
