@@ -2,6 +2,7 @@ package pgadvisory
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -109,4 +110,23 @@ func SlogObserver(logger *slog.Logger) func(Event) {
 		}
 		logger.LogAttrs(ctx, level, "pgadvisory: lock "+e.Kind.String(), attrs...)
 	}
+}
+
+// emit reports e, completed with the call's locks, to the call's observer.
+func (c *config) emit(e Event) {
+	if c.observer == nil {
+		return
+	}
+	e.Name, e.LockIDs, e.Shared, e.Session = c.name, c.ids, c.shared, c.session
+	c.observer(e)
+}
+
+// emitError reports a failed step: a lock timeout as contention, anything
+// else as an error.
+func (c *config) emitError(err error) {
+	kind := EventError
+	if errors.Is(err, ErrLockTimeout) {
+		kind = EventContended
+	}
+	c.emit(Event{Kind: kind, Err: err})
 }

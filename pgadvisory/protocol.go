@@ -229,19 +229,3 @@ func isSentinel(err error) bool {
 	}
 	return false
 }
-
-func (c *config) emit(e Event) {
-	if c.observer == nil {
-		return
-	}
-	e.Name, e.LockIDs, e.Shared, e.Session = c.name, c.ids, c.shared, c.session
-	c.observer(e)
-}
-
-func (c *config) emitError(err error) {
-	kind := EventError
-	if errors.Is(err, ErrLockTimeout) {
-		kind = EventContended
-	}
-	c.emit(Event{Kind: kind, Err: err})
-}
