@@ -1,15 +1,9 @@
 package pgadvisory
 
 import (
-	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -189,57 +183,4 @@ func SQLState(err error) string {
 		return coded.SQLState()
 	}
 	return ""
-}
-
-// classify maps a driver error to one of the sentinel kinds, or nil. It is
-// the one place where SQLSTATEs and connection failures get their meaning.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	switch code := SQLState(err); {
-	case code == "55P03":
-		return ErrLockTimeout
-	case code == "40P01":
-		return ErrDeadlock
-	case code == "53200":
-		return ErrLockTableFull
-	case code == "57P01", code == "57P02", code == "57P03", code == "25P03", strings.HasPrefix(code, "08"):
-		return ErrConnLost
-	case code == "LF001":
-		return ErrStaleToken
-	case code == "LF002":
-		return ErrMissingToken
-	case code == "LF003":
-		return ErrTruncateRefused
-	case (code == "42P01" || code == "3F000" || code == "42883") && strings.Contains(err.Error(), "pgadvisory"):
-		return ErrNotMigrated
-	case code != "":
-		return nil
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return nil
-	}
-	if isConnFailure(err) {
-		return ErrConnLost
-	}
-	return nil
-}
-
-// isConnFailure reports errors that mean the connection is gone, as the
-// drivers report them: pgx's closed connection, database/sql's bad
-// connection, EOF and network errors.
-func isConnFailure(err error) bool {
-	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) ||
-		errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	var connectErr *pgconn.ConnectError
-	return errors.As(err, &connectErr)
 }
