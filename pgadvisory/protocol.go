@@ -45,15 +45,6 @@ type lockResult struct {
 	token            int64 // fenced statements only
 }
 
-// runRecord is one row of the run-once ledger.
-type runRecord struct {
-	lockID    int64
-	window    string
-	token     int64 // 0: not fenced
-	holder    string
-	startedAt time.Time
-}
-
 // cleanupTimeout bounds a ROLLBACK or unlock sent after the caller's context
 // is gone.
 const cleanupTimeout = 15 * time.Second
@@ -153,12 +144,6 @@ func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error 
 		return c.checkLedger(ctx, d)
 	}
 	return nil
-}
-
-// txLockStatement is the lock statement of a transaction-scoped call.
-func (c *config) txLockStatement() lockStatement {
-	query, args := c.lockStatement(false)
-	return lockStatement{sql: query, args: args, fenced: c.fencing}
 }
 
 func (c *config) rollbackNow(ctx context.Context, d txDriver) {

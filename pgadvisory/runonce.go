@@ -97,6 +97,15 @@ func (c *config) checkLedger(ctx context.Context, d txDriver) error {
 	return nil
 }
 
+// runRecord is one row of the run-once ledger.
+type runRecord struct {
+	lockID    int64
+	window    string
+	token     int64 // 0: not fenced
+	holder    string
+	startedAt time.Time
+}
+
 // recordRun writes the ledger row; a row already there (a success that
 // bypassed the lock) turns into ErrAlreadyDone.
 func (c *config) recordRun(ctx context.Context, d txDriver, token int64, started time.Time) error {

@@ -59,6 +59,12 @@ func (c *config) lockStatement(session bool) (string, []any) {
 	return s, args
 }
 
+// txLockStatement is the lock statement of a transaction-scoped call.
+func (c *config) txLockStatement() lockStatement {
+	query, args := c.lockStatement(false)
+	return lockStatement{sql: query, args: args, fenced: c.fencing}
+}
+
 func buildLockStatement(s statementShape) string {
 	fn := "pg_"
 	if !s.wait {
