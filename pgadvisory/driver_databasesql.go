@@ -10,13 +10,13 @@ import (
 	"github.com/lockgen/lockgen/internal/sqlcstd"
 )
 
-// stdlibTx runs the protocol over database/sql.
-type stdlibTx struct {
+// databaseSQLTx runs the protocol over database/sql.
+type databaseSQLTx struct {
 	db *sql.DB
 	tx *sql.Tx
 }
 
-func (d *stdlibTx) begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error) {
+func (d *databaseSQLTx) begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error) {
 	var res lockResult
 	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: readOnly})
 	if err != nil {
@@ -38,18 +38,18 @@ func (d *stdlibTx) begin(ctx context.Context, readOnly bool, st lockStatement) (
 	return res, nil
 }
 
-func (d *stdlibTx) txKey() any { return d.tx }
+func (d *databaseSQLTx) txKey() any { return d.tx }
 
-func (d *stdlibTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {
+func (d *databaseSQLTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {
 	n, err := sqlcstd.New().PublishFence(ctx, d.db, sqlcstd.PublishFenceParams{LockID: lockID, Token: token, LockTimeout: timeout})
 	return n == 1, err
 }
 
-func (d *stdlibTx) runOnceDone(ctx context.Context, lockID int64, window string) (bool, error) {
+func (d *databaseSQLTx) runOnceDone(ctx context.Context, lockID int64, window string) (bool, error) {
 	return sqlcstd.New().RunOnceDone(ctx, d.tx, sqlcstd.RunOnceDoneParams{LockID: lockID, WindowKey: window})
 }
 
-func (d *stdlibTx) recordRun(ctx context.Context, r runRecord) error {
+func (d *databaseSQLTx) recordRun(ctx context.Context, r runRecord) error {
 	return sqlcstd.New().RecordRun(ctx, d.tx, sqlcstd.RecordRunParams{
 		LockID:    r.lockID,
 		WindowKey: r.window,
@@ -59,20 +59,20 @@ func (d *stdlibTx) recordRun(ctx context.Context, r runRecord) error {
 	})
 }
 
-func (d *stdlibTx) commit(context.Context) error { return d.tx.Commit() }
+func (d *databaseSQLTx) commit(context.Context) error { return d.tx.Commit() }
 
-func (d *stdlibTx) rollback(context.Context) error { return d.tx.Rollback() }
+func (d *databaseSQLTx) rollback(context.Context) error { return d.tx.Rollback() }
 
-func (d *stdlibTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
+func (d *databaseSQLTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
 
-// stdlibSession is a database/sql connection held for a session lock.
-type stdlibSession struct{ conn *sql.Conn }
+// databaseSQLSession is a database/sql connection held for a session lock.
+type databaseSQLSession struct{ conn *sql.Conn }
 
-func (s *stdlibSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+func (s *databaseSQLSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	return s.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
-func (s *stdlibSession) announcedPID() (pid uint32, ok bool) {
+func (s *databaseSQLSession) announcedPID() (pid uint32, ok bool) {
 	_ = s.conn.Raw(func(dc any) error {
 		if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
 			pid, ok = pc.Conn().PgConn().PID(), true
@@ -82,9 +82,9 @@ func (s *stdlibSession) announcedPID() (pid uint32, ok bool) {
 	return pid, ok
 }
 
-func (s *stdlibSession) release() { _ = s.conn.Close() }
+func (s *databaseSQLSession) release() { _ = s.conn.Close() }
 
-func (s *stdlibSession) discard() {
+func (s *databaseSQLSession) discard() {
 	// Returning ErrBadConn from Raw makes database/sql close the connection.
 	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = s.conn.Close()

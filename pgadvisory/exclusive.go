@@ -32,7 +32,7 @@ func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx
 	if err != nil {
 		return err
 	}
-	d := &stdlibTx{db: db}
+	d := &databaseSQLTx{db: db}
 	return run(ctx, c, d, func() error { return fn(d.tx) })
 }
 

@@ -99,7 +99,7 @@ func refusePooler(ctx context.Context, db *sql.DB) error {
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return err
 	}
-	s := &stdlibSession{conn: conn}
+	s := &databaseSQLSession{conn: conn}
 	if announced, ok := s.announcedPID(); ok && announced != uint32(pid) {
 		return fmt.Errorf("%w (server pid %d, announced pid %d): the migration lock is a session lock", ErrTransactionPooler, pid, announced)
 	}

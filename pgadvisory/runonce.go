@@ -40,7 +40,7 @@ func RunOnce(ctx context.Context, db *sql.DB, lockID int64, window string, fn fu
 	if err := c.setRunOnce(lockID, window); err != nil {
 		return err
 	}
-	d := &stdlibTx{db: db}
+	d := &databaseSQLTx{db: db}
 	return run(ctx, c, d, func() error { return fn(d.tx) })
 }
 

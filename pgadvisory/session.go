@@ -44,7 +44,7 @@ func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.C
 		if err != nil {
 			return nil, err
 		}
-		return &stdlibSession{conn: conn}, nil
+		return &databaseSQLSession{conn: conn}, nil
 	}, fn)
 }
 
