@@ -26,13 +26,13 @@ type config struct {
 	interval time.Duration // session locks: liveness check period
 	session  bool
 	fencing  bool
+	err      error // first invalid option
 
 	// run-once calls
-	runOnce bool
-	primary int64 // the lock ID the ledger is keyed by
-	window  string
-	holder  string
-	err     error // first invalid option
+	runOnce      bool
+	ledgerLockID int64 // the lock ID the run-once ledger is keyed by
+	window       string
+	holder       string
 }
 
 // WithWait makes the call wait for the lock instead of giving up at once.

@@ -77,7 +77,7 @@ func (c *config) setRunOnce(lockID int64, window string) error {
 	if window == "" {
 		return c.invalid("begin", errors.New("empty run-once window"))
 	}
-	c.runOnce, c.primary, c.window = true, lockID, window
+	c.runOnce, c.ledgerLockID, c.window = true, lockID, window
 	if c.holder == "" {
 		c.holder = defaultHolder()
 	}
@@ -87,7 +87,7 @@ func (c *config) setRunOnce(lockID int64, window string) error {
 // checkLedger is the step between the grant and fn that looks the window up
 // in the run-once ledger: ErrAlreadyDone when it has a successful run.
 func (c *config) checkLedger(ctx context.Context, d txDriver) error {
-	done, err := d.runOnceDone(ctx, c.primary, c.window)
+	done, err := d.runOnceDone(ctx, c.ledgerLockID, c.window)
 	if err != nil {
 		return c.failure(ctx, "run-once", err)
 	}
@@ -109,7 +109,7 @@ type runRecord struct {
 // recordRun writes the ledger row; a row already there (a success that
 // bypassed the lock) turns into ErrAlreadyDone.
 func (c *config) recordRun(ctx context.Context, d txDriver, token int64, started time.Time) error {
-	err := d.recordRun(ctx, runRecord{lockID: c.primary, window: c.window, token: token, holder: c.holder, startedAt: started})
+	err := d.recordRun(ctx, runRecord{lockID: c.ledgerLockID, window: c.window, token: token, holder: c.holder, startedAt: started})
 	if SQLState(err) == "23505" {
 		return ErrAlreadyDone
 	}
