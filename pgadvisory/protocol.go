@@ -31,8 +31,9 @@ type txDriver interface {
 	maxConns() int
 }
 
-// lockStatement is the statement that takes a call's locks, as built by
-// config.lockStatement; fenced statements return a token column too.
+// lockStatement is the lock statement of a transaction-scoped call, bound
+// to its arguments (see config.txLockStatement); a fenced statement returns
+// a token column too.
 type lockStatement struct {
 	sql    string
 	args   []any

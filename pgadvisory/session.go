@@ -116,8 +116,8 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 		return c.failure(ctx, "begin", ErrStandby)
 	}
 
-	query, args := c.lockStatement(true)
-	args = append(args, pid) // locks are taken only on this backend (see lockStatement)
+	query, args := c.lockSQL(true)
+	args = append(args, pid) // locks are taken only on this backend (see lockSQL)
 	var granted bool
 	var lockPID int32
 	if err := conn.queryRow(ctx, query, args, &granted, &standby, &lockPID); err != nil {
@@ -184,7 +184,7 @@ func joinErr(lost, fnErr error) error {
 func (c *config) releaseSession(ctx context.Context, conn sessionConn) {
 	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	query, args := c.unlockStatement()
+	query, args := c.unlockSQL()
 	var released int32
 	if err := conn.queryRow(rctx, query, args, &released); err != nil || int(released) != len(c.ids) {
 		conn.discard()

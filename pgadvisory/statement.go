@@ -7,9 +7,18 @@ import (
 	"time"
 )
 
-// The lock statement is the single SQL statement that takes every lock of a
-// call. It returns (granted bool, standby bool) and, for session locks, the
-// backend pid. Folding the hot-standby check (pg_is_in_recovery) and the wait
+// statementShape is what the text of a lock statement depends on.
+type statementShape struct {
+	n                                       int
+	shared, wait, timeout, session, fencing bool
+}
+
+var statementCache sync.Map // statementShape -> string
+
+// lockSQL returns the SQL text and arguments of the lock statement: the
+// single SQL statement that takes every lock of a call. It returns (granted
+// bool, standby bool) and a third column for session locks (the backend
+// pid) and fenced calls (the fencing token, NULL unless granted). Folding the hot-standby check (pg_is_in_recovery) and the wait
 // timeout (set_config('lock_timeout', …, true)) into it keeps them free of
 // extra round trips:
 //
@@ -30,19 +39,10 @@ import (
 // force when the first wait starts; once every lock is granted the previous
 // value comes back, so the timeout does not apply to fn's statements.
 // set_config's is_local=true scopes both to the transaction (or to the
-// implicit one of a session-lock statement). IDs
-// arrive sorted, so waiting callers take overlapping sets in the same order
-// and cannot deadlock each other.
-
-type statementShape struct {
-	n                                       int
-	shared, wait, timeout, session, fencing bool
-}
-
-var statementCache sync.Map // statementShape -> string
-
-// lockStatement returns the SQL text and arguments that take c's locks.
-func (c *config) lockStatement(session bool) (string, []any) {
+// implicit one of a session-lock statement). IDs arrive sorted, so waiting
+// callers take overlapping sets in the same order and cannot deadlock each
+// other.
+func (c *config) lockSQL(session bool) (string, []any) {
 	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session, fencing: c.fencing && !session}
 	args := make([]any, 0, len(c.ids)+1)
 	for _, id := range c.ids {
@@ -54,18 +54,19 @@ func (c *config) lockStatement(session bool) (string, []any) {
 	if s, ok := statementCache.Load(shape); ok {
 		return s.(string), args
 	}
-	s := buildLockStatement(shape)
+	s := buildLockSQL(shape)
 	statementCache.Store(shape, s)
 	return s, args
 }
 
 // txLockStatement is the lock statement of a transaction-scoped call.
 func (c *config) txLockStatement() lockStatement {
-	query, args := c.lockStatement(false)
+	query, args := c.lockSQL(false)
 	return lockStatement{sql: query, args: args, fenced: c.fencing}
 }
 
-func buildLockStatement(s statementShape) string {
+// buildLockSQL writes the lock statement of shape s.
+func buildLockSQL(s statementShape) string {
 	fn := "pg_"
 	if !s.wait {
 		fn += "try_"
@@ -143,9 +144,9 @@ func lockTimeoutSetting(d time.Duration) string {
 	return strconv.FormatInt(int64(ms), 10) + "ms"
 }
 
-// unlockStatement releases a session lock set; it returns how many of the
+// unlockSQL releases a session lock set; it returns how many of the
 // locks were held (every unlock is evaluated, none short-circuits).
-func (c *config) unlockStatement() (string, []any) {
+func (c *config) unlockSQL() (string, []any) {
 	fn := "pg_advisory_unlock"
 	if c.shared {
 		fn += "_shared"
@@ -166,8 +167,8 @@ func (c *config) unlockStatement() (string, []any) {
 	return b.String(), args
 }
 
-// heldStatement counts how many of the call's keys this backend holds.
-func (c *config) heldStatement() (string, []any) {
+// heldSQL counts how many of the call's keys this backend holds.
+func (c *config) heldSQL() (string, []any) {
 	var b strings.Builder
 	b.WriteString(`SELECT count(DISTINCT (classid::bigint << 32) | objid::bigint) FROM pg_catalog.pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()

@@ -21,7 +21,7 @@ func (w *watcher) watch(ctx context.Context) {
 	defer w.wg.Done()
 	t := time.NewTicker(w.c.interval)
 	defer t.Stop()
-	query, args := w.c.heldStatement()
+	query, args := w.c.heldSQL()
 	for {
 		select {
 		case <-w.stop:
