@@ -11,9 +11,25 @@
 //		// another instance is doing it right now
 //	}
 //
-// [RunExclusivePgx] is the same for a *pgxpool.Pool (fn gets a pgx.Tx) and
-// costs two round trips instead of three. [Lock] values, which cmd/lockgen
-// generates from declared names, carry the same methods.
+// Each Run function has a database/sql form and a pgx form for a
+// *pgxpool.Pool (suffix Pgx; [RunExclusivePgx] costs two round trips instead
+// of three). [Lock] values, which cmd/lockgen generates from declared names,
+// carry the same methods.
+//
+//   - [RunExclusive]: fn runs in the transaction that holds the lock.
+//   - [RunSession]: a session-level lock on a dedicated connection, for work
+//     that spans many transactions. The work's context is canceled with
+//     [ErrLockLost] when the connection dies or the lock vanishes, and a
+//     transaction-pooling proxy such as PgBouncer is refused
+//     ([ErrTransactionPooler]), because session locks leak there.
+//   - [RunOnce]: RunExclusive that runs fn at most once successfully per
+//     (lock, window), such as the day from [DailyWindow], however the
+//     replicas' timing falls ([ErrAlreadyDone]).
+//   - [RunExclusiveRepo]: a sqlc-style repository (New(DBTX) or WithTx)
+//     under a lock in one line.
+//
+// Fencing, run-once and the lock registry ([Register]) need lockgen's
+// schema: call [Migrate] at start-up.
 //
 // # What it guards against
 //
@@ -35,36 +51,45 @@
 //
 // # Options
 //
-// [WithWait] waits for the lock up to a server-enforced timeout, [WithShared]
-// takes reader locks, [WithLocks] takes several locks in a deadlock-free
-// order, [WithTxOptions] sets transaction options and [WithObserver] (with
-// [SlogObserver]) reports acquired, contended, released and failed locks.
+// Options adjust one call; [Lock.With] gives a lock default options.
 //
-// # Session locks
+//   - [WithWait]: wait for the lock, up to a timeout the server enforces
+//     ([ErrLockTimeout]).
+//   - [WithShared]: take reader locks.
+//   - [WithLocks]: take more locks in the same statement, in ascending order,
+//     so that callers waiting for overlapping sets cannot deadlock.
+//   - [WithTxOptions], [WithPgxTxOptions]: a read-only transaction; the
+//     isolation level stays READ COMMITTED.
+//   - [WithObserver]: acquired, contended, released and error events;
+//     [SlogObserver] logs them.
+//   - [WithCheckInterval]: how often a session lock checks its connection
+//     and lock.
+//   - [WithFencing]: a fencing token for the call (see Fencing).
+//   - [WithHolder]: the holder recorded in the run-once ledger.
 //
-// [RunSession] and [RunSessionPgx] hold a session-level lock on a dedicated
-// connection for work that spans many transactions. The work's context is
-// canceled with [ErrLockLost] when the connection dies or the lock vanishes,
-// and a transaction-pooling proxy such as PgBouncer is refused
-// ([ErrTransactionPooler]), because session locks leak there.
+// # Fencing
 //
-// # Repositories
+// A lock cannot stop a holder that lost it (a pause, a killed connection)
+// from writing later. With [WithFencing], the lock statement also draws a
+// token from the sequence pgadvisory.fencing_token_seq (in the same round
+// trip), the token is published durably in pgadvisory.fence before fn runs,
+// and tables guarded by lockgen's fencing trigger (see lockgen fence) accept
+// a write only if it carries the currently published token. The database is
+// the judge: a stale writer is rejected with SQLSTATE LF001
+// ([ErrStaleToken]) whatever the client believes. Writes through fn's
+// transaction carry the token already; fn reads it with [FencingToken], and
+// writes on other connections or in other processes carry it with
+// [RunFenced] or [SetFencingToken].
 //
-// [RunExclusiveRepo] and [RunExclusiveRepoPgx] run a sqlc-style repository
-// (New(DBTX) or WithTx) under a lock in one line.
+// Round trips: issuing the token adds none; publishing adds one statement on
+// another pool connection, and its commit waits for the WAL flush (that is
+// what makes it durable).
 //
-// # Fencing and run-once
-//
-// A lock cannot stop a holder that paused past losing it. [WithFencing]
-// draws a fencing token in the lock statement, publishes it durably before
-// fn runs, and tables fenced with lockgen's trigger (see cmd/lockgen fence)
-// then reject every write that carries an older token ([ErrStaleToken],
-// SQLSTATE LF001). fn reads the token with [FencingToken]; other connections
-// and processes carry it with [RunFenced] or [SetFencingToken].
-//
-// [RunOnce] runs fn at most once successfully per (lock, window), such as
-// the day from [DailyWindow], however the replicas' timing falls
-// ([ErrAlreadyDone]). Both need lockgen's schema: call [Migrate] at start-up.
+// Pool size: a fenced call holds two connections while it publishes (the
+// lock transaction's and the publish's), so size the pool for twice the
+// number of concurrent fenced holders. The publish step gives up after 10s
+// (sooner if ctx ends first); a pool of one connection is refused at once
+// with [ErrInvalidArgument].
 //
 // # What a lock cannot do
 //

@@ -15,31 +15,12 @@ import (
 	"github.com/lockgen/lockgen/internal/sqlcstd"
 )
 
-// Fencing. A lock alone cannot stop a holder that lost its lock (a pause, a
-// killed connection) from writing later. With [WithFencing], the lock
-// statement also draws a token from the sequence pgadvisory.fencing_token_seq
-// (in the same round trip), the token is published durably in
-// pgadvisory.fence before fn runs, and tables guarded by lockgen's fencing
-// trigger accept a write only if it carries the currently published token.
-// The database is the judge: a stale writer is rejected with SQLSTATE
-// LF001 ([ErrStaleToken]) whatever the client believes.
-//
-// Round trips: issuing the token adds none; publishing adds one statement on
-// another pool connection, and its commit waits for the WAL flush (that is
-// what makes it durable). fn's transaction carries the token already.
-//
-// Pool size: a fenced call holds two connections while it publishes (the
-// lock transaction's and the publish's), so size the pool for twice the
-// number of concurrent fenced holders. The publish step gives up after 10s
-// (sooner if ctx ends first); a pool of one connection is refused at once
-// with [ErrInvalidArgument].
-
 // defaultPublishTimeout bounds how long publishing waits for writes still in
 // flight with the previous token.
 const defaultPublishTimeout = 5 * time.Second
 
-// WithFencing issues a fencing token for the call (see the package
-// documentation on fencing). fn reads it with [FencingToken] or
+// WithFencing issues a fencing token for the call (see Fencing in the package
+// documentation). fn reads it with [FencingToken] or
 // [FencingTokenPgx]; writes made through fn's transaction carry it
 // automatically. It needs lockgen's schema ([Migrate]) and is not available
 // for session locks.
