@@ -10,9 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Option adjusts one call of RunExclusive, RunExclusivePgx, RunSession or
-// RunSessionPgx. Options are applied in order; a later one wins.
-type Option func(*config)
+// Option adjusts one call of a Run function (RunExclusive, RunSession,
+// RunOnce, RunExclusiveRepo, their Pgx forms and the [Lock] methods), or a
+// [Lock]'s defaults ([Lock.With]). Options are made by this package's With
+// functions and applied in order, so a later one wins; a nil Option is
+// ignored.
+type Option interface {
+	apply(*config)
+}
+
+// optionFunc is an [Option] that is a function.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 // config is the resolved form of a call's options.
 type config struct {
@@ -41,25 +51,25 @@ type config struct {
 // Several locks are taken in ascending ID order, so callers that wait for
 // overlapping sets cannot deadlock each other.
 func WithWait(timeout time.Duration) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if timeout < 0 {
 			c.setErr(fmt.Errorf("WithWait: negative timeout %v", timeout))
 			return
 		}
 		c.wait, c.timeout = true, timeout
-	}
+	})
 }
 
 // WithShared takes the locks in shared (reader) mode: shared holders exclude
 // exclusive holders but not each other.
 func WithShared() Option {
-	return func(c *config) { c.shared = true }
+	return optionFunc(func(c *config) { c.shared = true })
 }
 
 // WithLocks adds more lock IDs to the call; all of them are taken in one
 // statement, in ascending order, or none is. Duplicates are ignored.
 func WithLocks(ids ...int64) Option {
-	return func(c *config) { c.ids = append(c.ids, ids...) }
+	return optionFunc(func(c *config) { c.ids = append(c.ids, ids...) })
 }
 
 // WithTxOptions sets the transaction options for the database/sql and pgx
@@ -67,7 +77,7 @@ func WithLocks(ids ...int64) Option {
 // [sql.LevelReadCommitted] are accepted (others return [ErrIsolationLevel]):
 // the lock transaction always runs at READ COMMITTED. ReadOnly is honoured.
 func WithTxOptions(opts sql.TxOptions) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		switch opts.Isolation {
 		case sql.LevelDefault, sql.LevelReadCommitted:
 		default:
@@ -75,13 +85,13 @@ func WithTxOptions(opts sql.TxOptions) Option {
 			return
 		}
 		c.readOnly = opts.ReadOnly
-	}
+	})
 }
 
 // WithPgxTxOptions is [WithTxOptions] in pgx's terms. IsoLevel must be empty
 // or [pgx.ReadCommitted]; BeginQuery is not supported.
 func WithPgxTxOptions(opts pgx.TxOptions) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		switch opts.IsoLevel {
 		case "", pgx.ReadCommitted:
 		default:
@@ -93,14 +103,14 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 			return
 		}
 		c.readOnly = opts.AccessMode == pgx.ReadOnly
-	}
+	})
 }
 
 // WithObserver calls observe for every lock event of the call: acquired,
 // contended, released and errors. observe runs synchronously on the calling
 // goroutine and must be quick. See [SlogObserver].
 func WithObserver(observe func(Event)) Option {
-	return func(c *config) { c.observer = observe }
+	return optionFunc(func(c *config) { c.observer = observe })
 }
 
 // WithCheckInterval sets how often a session lock ([RunSession],
@@ -108,13 +118,13 @@ func WithObserver(observe func(Event)) Option {
 // lock. The work's context is canceled within about one interval of a loss.
 // The default is 1s.
 func WithCheckInterval(d time.Duration) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if d <= 0 {
 			c.setErr(fmt.Errorf("WithCheckInterval: interval must be positive, got %v", d))
 			return
 		}
 		c.interval = d
-	}
+	})
 }
 
 // newCall resolves a call's options and checks its arguments: the database
@@ -135,7 +145,7 @@ func newCall(lockID int64, opts []Option, handle string, nilHandle, nilFn bool) 
 
 // withName records the declared name of a [Lock] for errors and events.
 func withName(name string) Option {
-	return func(c *config) { c.name = name }
+	return optionFunc(func(c *config) { c.name = name })
 }
 
 func (c *config) setErr(err error) {
@@ -153,7 +163,7 @@ func newConfig(lockID int64, opts []Option) (*config, error) {
 		if opt == nil {
 			continue
 		}
-		opt(c)
+		opt.apply(c)
 	}
 	if c.err != nil {
 		return nil, c.invalid("options", c.err)

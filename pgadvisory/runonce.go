@@ -70,7 +70,7 @@ func (l Lock) RunOncePgx(ctx context.Context, pool *pgxpool.Pool, window string,
 // WithHolder names the caller in the run-once ledger's holder column. The
 // default is "<hostname>/<pid>".
 func WithHolder(holder string) Option {
-	return func(c *config) { c.holder = holder }
+	return optionFunc(func(c *config) { c.holder = holder })
 }
 
 func (c *config) setRunOnce(lockID int64, window string) error {
