@@ -67,16 +67,30 @@ func isConnFailure(err error) bool {
 	return errors.As(err, &connectErr)
 }
 
-// failure builds the error for a failed step (not fn's own error). The
-// result wraps ctx.Err() when ctx is done, and the sentinel kind of err.
+// failure is the error of a step that failed on a driver error or a done
+// ctx (not fn's own error), reported to the observer. Its kind is what
+// classify makes of err, and it wraps ctx.Err() when ctx is done.
 func (c *config) failure(ctx context.Context, op string, err error) error {
-	kind := classify(err)
-	if isSentinel(err) {
-		kind, err = err, nil
-	}
-	e := &Error{Op: op, LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+	return c.refusal(ctx, op, classify(err), err)
+}
+
+// refusal is the error of a step that failed with a known kind (such as
+// ErrStandby), reported to the observer; detail, if not nil, says more.
+func (c *config) refusal(ctx context.Context, op string, kind, detail error) error {
+	e := &Error{Op: op, LockIDs: c.ids, Name: c.name, SQLState: SQLState(detail), Kind: kind, Err: withContext(ctx, detail)}
 	c.emitError(e)
 	return e
+}
+
+// invalid is the error of a call refused for a bad argument or option
+// before anything was sent: Kind ErrInvalidArgument.
+func (c *config) invalid(op string, err error) error {
+	return c.invalidAs(op, ErrInvalidArgument, err)
+}
+
+// invalidAs is invalid with another kind (ErrIsolationLevel).
+func (c *config) invalidAs(op string, kind, err error) error {
+	return &Error{Op: op, LockIDs: c.ids, Name: c.name, Kind: kind, Err: err}
 }
 
 // fnFailure is the error for fn's error (or a context canceled during fn):
@@ -120,12 +134,4 @@ func withContext(ctx context.Context, err error) error {
 	default:
 		return fmt.Errorf("%w: %w", ctxErr, err)
 	}
-}
-
-func isSentinel(err error) bool {
-	switch err {
-	case ErrStandby, ErrLocked, ErrLockLost, ErrTransactionPooler, ErrInvalidArgument, ErrIsolationLevel, ErrAlreadyDone:
-		return true
-	}
-	return false
 }

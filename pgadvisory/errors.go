@@ -9,8 +9,9 @@ import (
 )
 
 // Sentinel errors. Every error this package returns for one of these outcomes
-// satisfies errors.Is(err, ErrX); most are an [*Error] that also carries the
-// driver's cause (errors.As finds a *pgconn.PgError through it).
+// satisfies errors.Is(err, ErrX). [ErrLocked] and [ErrAlreadyDone] are
+// returned as is; the others are the Kind of an [*Error] that also carries
+// the driver's cause (errors.As finds a *pgconn.PgError through it).
 var (
 	// ErrLocked reports that another session holds the lock; fn was not called.
 	// It is returned as is (not wrapped), so err == ErrLocked also works.
@@ -97,17 +98,36 @@ var (
 	ErrInvalidArgument = errors.New("pgadvisory: invalid argument")
 )
 
-// Error describes a failed call: what was being done, on which locks, and why.
-// Kind is one of the sentinel errors above (or nil when the cause has no
-// dedicated kind); Err is the underlying cause. errors.Is and errors.As see
-// through to both.
+// Error describes a failed call: the step that failed, on which locks, and
+// why. errors.Is and errors.As see through it to Kind and to Err, so both
+// errors.Is(err, ErrDeadlock) and errors.As(err, &pgErr) work.
+//
+// Op names the step, one of:
+//
+//   - "options": an option was invalid.
+//   - "begin": checking the arguments and ctx, before anything is sent; for
+//     session locks also getting the connection and the check for a pooler
+//     or a standby.
+//   - "lock": taking the lock; for transaction locks also getting a
+//     connection and BEGIN, which travel with the lock statement.
+//   - "publish": publishing the fencing token ([WithFencing]).
+//   - "run-once": reading the run-once ledger ([RunOnce]).
+//   - "fn": fn returned an error of a known kind, or ctx ended while fn ran.
+//   - "commit": COMMIT.
+//   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
+//   - "fenced write (token N)": [RunFenced], [SetFencingToken] and their Pgx
+//     forms, with the token the write carried.
+//
+// Kind is the sentinel that says what happened, such as [ErrDeadlock]. It is
+// nil when the cause has no dedicated kind (a canceled context, an
+// unexpected server error); Err then says what happened.
 type Error struct {
-	Op       string  // "begin", "lock", "fn", "commit", "unlock" or "watch"
+	Op       string  // the step that failed, one of those listed above
 	LockIDs  []int64 // the lock IDs of the call
 	Name     string  // the lock's declared name, when known
 	SQLState string  // the server's SQLSTATE, when the cause came from the server
 	Kind     error   // a sentinel such as ErrDeadlock, or nil
-	Err      error   // the cause
+	Err      error   // the cause, or more about it; nil when Kind says it all
 }
 
 // Error implements error. The message names the lock, the step and what

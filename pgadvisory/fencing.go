@@ -158,7 +158,7 @@ func (c *config) publishToken(ctx context.Context, d txDriver, token int64) erro
 			return c.failure(ctx, "publish", err)
 		}
 		if !published {
-			return c.failure(ctx, "publish", fmt.Errorf("%w: a newer token than %d is already published for lock %d", ErrStaleToken, token, id))
+			return c.refusal(ctx, "publish", ErrStaleToken, fmt.Errorf("a newer token than %d is already published for lock %d", token, id))
 		}
 	}
 	return nil

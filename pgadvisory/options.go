@@ -37,6 +37,7 @@ type config struct {
 	session  bool
 	fencing  bool
 	err      error // first invalid option
+	errKind  error // its kind
 
 	// run-once calls
 	runOnce      bool
@@ -53,7 +54,7 @@ type config struct {
 func WithWait(timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if timeout < 0 {
-			c.setErr(fmt.Errorf("WithWait: negative timeout %v", timeout))
+			c.setErr(ErrInvalidArgument, fmt.Errorf("WithWait: negative timeout %v", timeout))
 			return
 		}
 		c.wait, c.timeout = true, timeout
@@ -81,7 +82,7 @@ func WithTxOptions(opts sql.TxOptions) Option {
 		switch opts.Isolation {
 		case sql.LevelDefault, sql.LevelReadCommitted:
 		default:
-			c.setErr(fmt.Errorf("%w (asked for %v)", ErrIsolationLevel, opts.Isolation))
+			c.setErr(ErrIsolationLevel, fmt.Errorf("asked for %v", opts.Isolation))
 			return
 		}
 		c.readOnly = opts.ReadOnly
@@ -95,11 +96,11 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 		switch opts.IsoLevel {
 		case "", pgx.ReadCommitted:
 		default:
-			c.setErr(fmt.Errorf("%w (asked for %s)", ErrIsolationLevel, opts.IsoLevel))
+			c.setErr(ErrIsolationLevel, fmt.Errorf("asked for %s", opts.IsoLevel))
 			return
 		}
 		if opts.BeginQuery != "" {
-			c.setErr(fmt.Errorf("%w: WithPgxTxOptions: BeginQuery is not supported", ErrInvalidArgument))
+			c.setErr(ErrInvalidArgument, errors.New("WithPgxTxOptions: BeginQuery is not supported"))
 			return
 		}
 		c.readOnly = opts.AccessMode == pgx.ReadOnly
@@ -120,7 +121,7 @@ func WithObserver(observe func(Event)) Option {
 func WithCheckInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {
-			c.setErr(fmt.Errorf("WithCheckInterval: interval must be positive, got %v", d))
+			c.setErr(ErrInvalidArgument, fmt.Errorf("WithCheckInterval: interval must be positive, got %v", d))
 			return
 		}
 		c.interval = d
@@ -148,9 +149,11 @@ func withName(name string) Option {
 	return optionFunc(func(c *config) { c.name = name })
 }
 
-func (c *config) setErr(err error) {
+// setErr records the first invalid option: its kind (ErrInvalidArgument or
+// ErrIsolationLevel) and what was wrong.
+func (c *config) setErr(kind, err error) {
 	if c.err == nil {
-		c.err = err
+		c.errKind, c.err = kind, err
 	}
 }
 
@@ -166,22 +169,11 @@ func newConfig(lockID int64, opts []Option) (*config, error) {
 		opt.apply(c)
 	}
 	if c.err != nil {
-		return nil, c.invalid("options", c.err)
+		return nil, c.invalidAs("options", c.errKind, c.err)
 	}
 	if len(c.ids) > 1 {
 		slices.Sort(c.ids)
 		c.ids = slices.Compact(c.ids)
 	}
 	return c, nil
-}
-
-func (c *config) invalid(op string, err error) error {
-	e := &Error{Op: op, Err: err}
-	if c != nil {
-		e.LockIDs, e.Name = c.ids, c.name
-	}
-	if !errors.Is(err, ErrIsolationLevel) && !errors.Is(err, ErrInvalidArgument) {
-		e.Kind = ErrInvalidArgument
-	}
-	return e
 }

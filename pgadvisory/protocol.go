@@ -3,7 +3,6 @@ package pgadvisory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -65,8 +64,8 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 		// The publish needs a second connection while the lock transaction
 		// holds the only one: refuse now instead of waiting for the publish
 		// step's timeout on every call.
-		return c.invalid("publish", fmt.Errorf("%w: WithFencing publishes the token on a second pool connection "+
-			"while the lock transaction holds one, and this pool allows only 1; allow at least 2", ErrInvalidArgument))
+		return c.invalid("publish", errors.New("WithFencing publishes the token on a second pool connection "+
+			"while the lock transaction holds one, and this pool allows only 1; allow at least 2"))
 	}
 	start := time.Now()
 	res, err := d.begin(ctx, c.readOnly, c.txLockStatement())
@@ -75,7 +74,7 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	}
 	if res.standby {
 		c.rollbackNow(ctx, d)
-		return c.failure(ctx, "lock", ErrStandby)
+		return c.refusal(ctx, "lock", ErrStandby, nil)
 	}
 	if !res.granted {
 		// The loser's answer is known after one round trip; the ROLLBACK

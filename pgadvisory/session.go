@@ -109,11 +109,11 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 	}
 	if announced, ok := conn.announcedPID(); ok && announced != uint32(pid) {
 		conn.release()
-		return c.failure(ctx, "begin", fmt.Errorf("%w (server pid %d, announced pid %d)", ErrTransactionPooler, pid, announced))
+		return c.refusal(ctx, "begin", ErrTransactionPooler, fmt.Errorf("server pid %d, announced pid %d", pid, announced))
 	}
 	if standby {
 		conn.release()
-		return c.failure(ctx, "begin", ErrStandby)
+		return c.refusal(ctx, "begin", ErrStandby, nil)
 	}
 
 	query, args := c.lockSQL(true)
@@ -127,7 +127,7 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 	}
 	if lockPID != pid {
 		conn.discard()
-		return c.failure(ctx, "lock", fmt.Errorf("%w (backend changed from pid %d to %d)", ErrTransactionPooler, pid, lockPID))
+		return c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", pid, lockPID))
 	}
 	if !granted {
 		if len(c.ids) > 1 {
