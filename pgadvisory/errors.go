@@ -115,8 +115,8 @@ var (
 //   - "fn": fn returned an error of a known kind, or ctx ended while fn ran.
 //   - "commit": COMMIT.
 //   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
-//   - "fenced write (token N)": [RunFenced], [SetFencingToken] and their Pgx
-//     forms, with the token the write carried.
+//   - "fenced write": [RunFenced], [SetFencingToken] and their Pgx forms;
+//     Token is the token the write carried.
 //
 // Kind is the sentinel that says what happened, such as [ErrDeadlock]. It is
 // nil when the cause has no dedicated kind (a canceled context, an
@@ -125,13 +125,14 @@ type Error struct {
 	Op       string  // the step that failed, one of those listed above
 	LockIDs  []int64 // the lock IDs of the call
 	Name     string  // the lock's declared name, when known
+	Token    int64   // the fencing token of a "fenced write"; 0 otherwise
 	SQLState string  // the server's SQLSTATE, when the cause came from the server
 	Kind     error   // a sentinel such as ErrDeadlock, or nil
 	Err      error   // the cause, or more about it; nil when Kind says it all
 }
 
-// Error implements error. The message names the lock, the step and what
-// happened, e.g. "pgadvisory: lock 42 (reports.daily_email): taking the
+// Error implements error. The message names the lock, the step (with a
+// fenced write's token) and what happened, e.g. "pgadvisory: lock 42 (reports.daily_email): taking the
 // lock: timed out waiting for the lock (…): ERROR: … (SQLSTATE 55P03)".
 func (e *Error) Error() string {
 	var b strings.Builder
@@ -150,6 +151,9 @@ func (e *Error) Error() string {
 		b.WriteString(": ")
 	}
 	b.WriteString(opPhrase(e.Op))
+	if e.Token != 0 {
+		fmt.Fprintf(&b, " (token %d)", e.Token)
+	}
 	if e.Kind != nil {
 		b.WriteString(": ")
 		b.WriteString(strings.TrimPrefix(e.Kind.Error(), "pgadvisory: "))

@@ -79,7 +79,7 @@ func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
 // and must stop.
 func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) (err error) {
 	if db == nil || fn == nil {
-		return &Error{Op: "fenced write", Kind: ErrInvalidArgument, Err: errors.New("nil db or fn")}
+		return &Error{Op: "fenced write", Token: token, Kind: ErrInvalidArgument, Err: errors.New("nil db or fn")}
 	}
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -107,7 +107,7 @@ func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) er
 // RunFencedPgx is [RunFenced] for a pgx pool.
 func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) (err error) {
 	if pool == nil || fn == nil {
-		return &Error{Op: "fenced write", Kind: ErrInvalidArgument, Err: errors.New("nil pool or fn")}
+		return &Error{Op: "fenced write", Token: token, Kind: ErrInvalidArgument, Err: errors.New("nil pool or fn")}
 	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
@@ -140,7 +140,7 @@ func fencedFailure(ctx context.Context, token int64, err error) error {
 	if kind == nil && ctx.Err() == nil {
 		return err
 	}
-	return &Error{Op: fmt.Sprintf("fenced write (token %d)", token), SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+	return &Error{Op: "fenced write", Token: token, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
 }
 
 // publishToken is the step between the grant and fn that publishes token for
