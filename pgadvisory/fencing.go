@@ -57,8 +57,11 @@ func lookupToken(key any) (int64, bool) {
 // SetFencingToken makes tx carry token: fenced tables then accept tx's writes
 // only while token is the published one. Use it for writes that a lock holder
 // makes on other connections (or hands to other processes with the token).
-// The setting ends with tx.
+// The setting ends with tx. A failure is an [*Error] with Op "fenced write".
 func SetFencingToken(ctx context.Context, tx *sql.Tx, token int64) error {
+	if tx == nil {
+		return fencedInvalid(token, "nil tx")
+	}
 	if err := sqlcstd.New().SetFencingToken(ctx, tx, token); err != nil {
 		return fencedFailure(ctx, token, err)
 	}
@@ -67,6 +70,9 @@ func SetFencingToken(ctx context.Context, tx *sql.Tx, token int64) error {
 
 // SetFencingTokenPgx is [SetFencingToken] for pgx.
 func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
+	if tx == nil {
+		return fencedInvalid(token, "nil tx")
+	}
 	if err := sqlcpgx.New().SetFencingToken(ctx, tx, token); err != nil {
 		return fencedFailure(ctx, token, err)
 	}
@@ -77,9 +83,14 @@ func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
 // token (see [SetFencingToken]) and commits it. A write rejected as stale
 // returns an error matching [ErrStaleToken]: the token's holder lost its lock
 // and must stop.
+//
+// If fn returns an error the transaction is rolled back and that error
+// returned, wrapped in an [*Error] with Op "fenced write" when it has a
+// dedicated kind (such as ErrStaleToken) or ctx is done. Every other failure
+// is such an *Error.
 func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) (err error) {
 	if db == nil || fn == nil {
-		return &Error{Op: "fenced write", Token: token, Kind: ErrInvalidArgument, Err: errors.New("nil db or fn")}
+		return fencedInvalid(token, "nil db or fn")
 	}
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -95,7 +106,7 @@ func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) er
 		return fencedFailure(ctx, token, err)
 	}
 	if err := fn(tx); err != nil {
-		return fencedFailure(ctx, token, err)
+		return fencedFnFailure(ctx, token, err)
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
@@ -107,7 +118,7 @@ func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) er
 // RunFencedPgx is [RunFenced] for a pgx pool.
 func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) (err error) {
 	if pool == nil || fn == nil {
-		return &Error{Op: "fenced write", Token: token, Kind: ErrInvalidArgument, Err: errors.New("nil pool or fn")}
+		return fencedInvalid(token, "nil pool or fn")
 	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
@@ -125,7 +136,7 @@ func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(
 		return fencedFailure(ctx, token, err)
 	}
 	if err := fn(tx); err != nil {
-		return fencedFailure(ctx, token, err)
+		return fencedFnFailure(ctx, token, err)
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
@@ -134,13 +145,26 @@ func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(
 	return nil
 }
 
-// fencedFailure wraps an error of a fenced write with its kind.
+// fencedFailure is the error of a failed step of a fenced write (not fn's
+// own error): its kind is what classify makes of err, and it wraps ctx.Err()
+// when ctx is done.
 func fencedFailure(ctx context.Context, token int64, err error) error {
-	kind := classify(err)
-	if kind == nil && ctx.Err() == nil {
+	return &Error{Op: "fenced write", Token: token, SQLState: SQLState(err), Kind: classify(err), Err: withContext(ctx, err)}
+}
+
+// fencedFnFailure is the error for fn's error in RunFenced: fn's error
+// itself when it has no dedicated kind and ctx is not done, else a fenced
+// write's *Error that unwraps to it.
+func fencedFnFailure(ctx context.Context, token int64, err error) error {
+	if classify(err) == nil && ctx.Err() == nil {
 		return err
 	}
-	return &Error{Op: "fenced write", Token: token, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+	return fencedFailure(ctx, token, err)
+}
+
+// fencedInvalid is the error of a fenced write refused for a nil argument.
+func fencedInvalid(token int64, what string) error {
+	return &Error{Op: "fenced write", Token: token, Kind: ErrInvalidArgument, Err: errors.New(what)}
 }
 
 // publishToken is the step between the grant and fn that publishes token for
