@@ -111,7 +111,7 @@ var (
 //   - "lock": taking the lock; for transaction locks also getting a
 //     connection and BEGIN, which travel with the lock statement.
 //   - "publish": publishing the fencing token ([WithFencing]).
-//   - "run-once": reading the run-once ledger ([RunOnce]).
+//   - "run-once": reading or writing the run-once ledger ([RunOnce]).
 //   - "fn": fn returned an error of a known kind, or ctx ended while fn ran.
 //   - "commit": COMMIT.
 //   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).

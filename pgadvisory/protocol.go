@@ -109,11 +109,10 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	panicking = false
 
 	if fnErr == nil && ctx.Err() == nil && c.runOnce {
-		fnErr = c.recordRun(ctx, d, res.token, acquired)
-		if fnErr == ErrAlreadyDone {
+		if err := c.recordRun(ctx, d, res.token, acquired); err != nil {
 			c.rollbackNow(ctx, d)
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: fnErr})
-			return fnErr
+			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
+			return err
 		}
 	}
 	if fnErr != nil || ctx.Err() != nil {

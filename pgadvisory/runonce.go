@@ -106,14 +106,19 @@ type runRecord struct {
 	startedAt time.Time
 }
 
-// recordRun writes the ledger row; a row already there (a success that
-// bypassed the lock) turns into ErrAlreadyDone.
+// recordRun is the step between fn and COMMIT that writes the ledger row; a
+// row already there (a success that bypassed the lock) turns into
+// ErrAlreadyDone. Like fn's own error, a failure is reported with the
+// release event, not as an error event.
 func (c *config) recordRun(ctx context.Context, d txDriver, token int64, started time.Time) error {
 	err := d.recordRun(ctx, runRecord{lockID: c.ledgerLockID, window: c.window, token: token, holder: c.holder, startedAt: started})
-	if SQLState(err) == "23505" {
+	switch {
+	case err == nil:
+		return nil
+	case SQLState(err) == "23505":
 		return ErrAlreadyDone
 	}
-	return err
+	return &Error{Op: "run-once", LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: classify(err), Err: withContext(ctx, err)}
 }
 
 var defaultHolder = sync.OnceValue(func() string {
