@@ -102,6 +102,10 @@ var (
 // why. errors.Is and errors.As see through it to Kind and to Err, so both
 // errors.Is(err, ErrDeadlock) and errors.As(err, &pgErr) work.
 //
+// Every error the package returns is an *Error except three, returned as
+// is: [ErrLocked], [ErrAlreadyDone], and fn's own error when it has no
+// dedicated kind and ctx is not done.
+//
 // Op names the step, one of:
 //
 //   - "options": an option was invalid.
@@ -117,13 +121,16 @@ var (
 //   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
 //   - "fenced write": [RunFenced], [SetFencingToken] and their Pgx forms;
 //     Token is the token the write carried.
+//   - "migrate": [Migrate].
+//   - "register": [Register].
+//   - "register instance": [RegisterInstance].
 //
 // Kind is the sentinel that says what happened, such as [ErrDeadlock]. It is
 // nil when the cause has no dedicated kind (a canceled context, an
 // unexpected server error); Err then says what happened.
 type Error struct {
 	Op       string  // the step that failed, one of those listed above
-	LockIDs  []int64 // the lock IDs of the call
+	LockIDs  []int64 // the lock IDs of the call; none for the last four ops
 	Name     string  // the lock's declared name, when known
 	Token    int64   // the fencing token of a "fenced write"; 0 otherwise
 	SQLState string  // the server's SQLSTATE, when the cause came from the server
@@ -165,6 +172,7 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// opPhrase is how the message says op; the other ops read as themselves.
 func opPhrase(op string) string {
 	switch op {
 	case "begin":

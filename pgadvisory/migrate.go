@@ -3,6 +3,7 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/pressly/goose/v3"
@@ -49,23 +50,31 @@ const (
 //
 // pgx users wrap their pool: Migrate(ctx, stdlib.OpenDBFromPool(pool)).
 //
-// Errors start with "pgadvisory: migrate:" and wrap the cause (goose's, the
-// driver's, or ctx.Err()).
+// Errors are an [*Error] with Op "migrate" (the message starts with
+// "pgadvisory: migrate:") that wraps the cause: goose's, the driver's, or
+// ctx.Err(). Its Kind is [ErrInvalidArgument] for a nil db,
+// [ErrTransactionPooler] for a pooler, and nil otherwise.
 func Migrate(ctx context.Context, db *sql.DB) error {
 	if db == nil {
-		return fmt.Errorf("pgadvisory: migrate: nil *sql.DB: %w", ErrInvalidArgument)
+		return migrateError(ErrInvalidArgument, errors.New("nil *sql.DB"))
 	}
 	if err := refusePooler(ctx, db); err != nil {
-		return fmt.Errorf("pgadvisory: migrate: %w", err)
+		return err
 	}
 	p, err := newMigrationProvider(db)
 	if err != nil {
-		return fmt.Errorf("pgadvisory: migrate: %w", err)
+		return migrateError(nil, err)
 	}
 	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("pgadvisory: migrate: %w", err)
+		return migrateError(nil, err)
 	}
 	return nil
+}
+
+// migrateError is the error of a failed Migrate; kind is nil for a cause
+// with no dedicated kind.
+func migrateError(kind, err error) error {
+	return &Error{Op: "migrate", SQLState: SQLState(err), Kind: kind, Err: err}
 }
 
 // newMigrationProvider is the goose provider Migrate runs. Its Close would
@@ -86,22 +95,22 @@ func newMigrationProvider(db *sql.DB) (*goose.Provider, error) {
 	)
 }
 
-// refusePooler returns an error wrapping ErrTransactionPooler when db's
+// refusePooler returns Migrate's error of kind ErrTransactionPooler when db's
 // connections go through a pooler, detected as in RunSession. Drivers other
 // than pgx stdlib are not checked.
 func refusePooler(ctx context.Context, db *sql.DB) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return err
+		return migrateError(nil, err)
 	}
 	defer conn.Close()
 	var pid int32
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		return err
+		return migrateError(nil, err)
 	}
 	s := &databaseSQLSession{conn: conn}
 	if announced, ok := s.announcedPID(); ok && announced != uint32(pid) {
-		return fmt.Errorf("%w (server pid %d, announced pid %d): the migration lock is a session lock", ErrTransactionPooler, pid, announced)
+		return migrateError(ErrTransactionPooler, fmt.Errorf("server pid %d, announced pid %d: the migration lock is a session lock", pid, announced))
 	}
 	return nil
 }

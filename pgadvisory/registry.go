@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,26 +33,30 @@ import (
 //
 // decls are checked first (valid names, no duplicate names or plain IDs,
 // known parameter types, and a plain lock's ID is keyspace.ID(Name) unless
-// Pinned); a problem returns an error wrapping [ErrInvalidArgument] and
-// nothing is written. The migrations must be applied ([Migrate]). pgx users
-// pass stdlib.OpenDBFromPool(pool). Errors start with "pgadvisory: register:".
+// Pinned); problems return an error of kind [ErrInvalidArgument] naming them
+// all, and nothing is written. The migrations must be applied ([Migrate]).
+// pgx users pass stdlib.OpenDBFromPool(pool).
+//
+// Errors are an [*Error] with Op "register" (the message starts with
+// "pgadvisory: register:") that wraps the cause. Its Kind is
+// [ErrInvalidArgument] for a nil db or bad declarations, and nil otherwise.
 func Register(ctx context.Context, db *sql.DB, decls []Declared) error {
 	if db == nil {
-		return fmt.Errorf("pgadvisory: register: nil *sql.DB: %w", ErrInvalidArgument)
+		return registryError("register", ErrInvalidArgument, errors.New("nil *sql.DB"))
 	}
 	rows, err := registryRows(decls)
 	if err != nil {
-		return fmt.Errorf("pgadvisory: register: %w", err)
+		return registryError("register", ErrInvalidArgument, err)
 	}
 	if len(rows) == 0 {
 		return nil
 	}
 	doc, err := json.Marshal(rows)
 	if err != nil {
-		return fmt.Errorf("pgadvisory: register: %w", err)
+		return registryError("register", nil, err)
 	}
 	if _, err := db.ExecContext(ctx, registerSQL, string(doc)); err != nil {
-		return fmt.Errorf("pgadvisory: register: %w", registryErr(err))
+		return registryError("register", nil, registryErr(err))
 	}
 	return nil
 }
@@ -93,7 +98,8 @@ type registryParam struct {
 	Type keyspace.ParamType `json:"type"`
 }
 
-// registryRows checks decls and converts them.
+// registryRows checks decls and converts them; the error names every
+// problem found.
 func registryRows(decls []Declared) ([]registryRow, error) {
 	rows := make([]registryRow, 0, len(decls))
 	names := make(map[string]bool, len(decls))
@@ -130,7 +136,7 @@ func registryRows(decls []Declared) ([]registryRow, error) {
 		rows = append(rows, row)
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidArgument, strings.Join(problems, "; "))
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	slices.SortFunc(rows, func(a, b registryRow) int { return strings.Compare(a.Name, b.Name) })
 	return rows, nil
@@ -146,23 +152,27 @@ func registryRows(decls []Declared) ([]registryRow, error) {
 //
 // The declaration must be registered already ([Register]). The parameters
 // must give lock.ID (keyspace.ParamID(lock.Name, params...)), else the
-// result wraps [ErrInvalidArgument] and nothing is written. To register many
-// instances at once use SQL:
+// error's kind is [ErrInvalidArgument] and nothing is written. To register
+// many instances at once use SQL:
 //
 //	SELECT pgadvisory.register_instance('billing.invoice', id::text) FROM tenants;
 //
-// Errors start with "pgadvisory: register instance:".
+// Errors are an [*Error] with Op "register instance" (the message starts
+// with "pgadvisory: register instance:") that wraps the cause. Its Kind is
+// [ErrInvalidArgument] for bad arguments, and nil otherwise.
 func RegisterInstance(ctx context.Context, db *sql.DB, lock Lock, params ...string) error {
-	fail := func(err error) error { return fmt.Errorf("pgadvisory: register instance: %w", err) }
+	const op = "register instance"
+	invalid := func(err error) error { return registryError(op, ErrInvalidArgument, err) }
+	fail := func(err error) error { return registryError(op, nil, err) }
 	switch {
 	case db == nil:
-		return fail(fmt.Errorf("nil *sql.DB: %w", ErrInvalidArgument))
+		return invalid(errors.New("nil *sql.DB"))
 	case len(params) == 0:
-		return fail(fmt.Errorf("%s: no parameters (plain locks are registered by Register): %w", lock, ErrInvalidArgument))
+		return invalid(fmt.Errorf("%s: no parameters (plain locks are registered by Register)", lock))
 	case keyspace.ValidateName(lock.Name) != nil:
-		return fail(fmt.Errorf("invalid lock name %q: %w", lock.Name, ErrInvalidArgument))
+		return invalid(fmt.Errorf("invalid lock name %q", lock.Name))
 	case keyspace.ParamID(lock.Name, params...) != lock.ID:
-		return fail(fmt.Errorf("%s: the parameters %q give ID %d: %w", lock, params, keyspace.ParamID(lock.Name, params...), ErrInvalidArgument))
+		return invalid(fmt.Errorf("%s: the parameters %q give ID %d", lock, params, keyspace.ParamID(lock.Name, params...)))
 	}
 	values, err := json.Marshal(params)
 	if err != nil {
@@ -181,12 +191,19 @@ func RegisterInstance(ctx context.Context, db *sql.DB, lock Lock, params ...stri
 	}
 	if id != lock.ID {
 		// The declared types canonicalize params into another value.
-		return fail(fmt.Errorf("%s: the parameters %q are not canonical text of the declared types (they register ID %d): %w", lock, params, id, ErrInvalidArgument))
+		return invalid(fmt.Errorf("%s: the parameters %q are not canonical text of the declared types (they register ID %d)", lock, params, id))
 	}
 	if err := tx.Commit(); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// registryError is the error of a failed Register ("register") or
+// RegisterInstance ("register instance"); kind is nil for a cause with no
+// dedicated kind.
+func registryError(op string, kind, err error) error {
+	return &Error{Op: op, SQLState: SQLState(err), Kind: kind, Err: err}
 }
 
 // registryErr adds a hint when the registry's migration is not applied.
