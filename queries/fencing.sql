@@ -14,7 +14,3 @@ WHERE f.token < excluded.token;
 -- name: SetFencingToken :exec
 -- Makes the current transaction carry token for fenced writes.
 SELECT set_config('pgadvisory.fencing_token', sqlc.arg(token)::bigint::text, true);
-
--- name: PublishedToken :one
--- The token currently published for lock_id.
-SELECT token FROM pgadvisory.fence WHERE lock_id = sqlc.arg(lock_id)::bigint;

@@ -37,18 +37,6 @@ func (q *Queries) PublishFence(ctx context.Context, db DBTX, arg PublishFencePar
 	return result.RowsAffected()
 }
 
-const publishedToken = `-- name: PublishedToken :one
-SELECT token FROM pgadvisory.fence WHERE lock_id = $1::bigint
-`
-
-// The token currently published for lock_id.
-func (q *Queries) PublishedToken(ctx context.Context, db DBTX, lockID int64) (int64, error) {
-	row := db.QueryRowContext(ctx, publishedToken, lockID)
-	var token int64
-	err := row.Scan(&token)
-	return token, err
-}
-
 const setFencingToken = `-- name: SetFencingToken :exec
 SELECT set_config('pgadvisory.fencing_token', $1::bigint::text, true)
 `
