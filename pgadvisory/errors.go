@@ -61,14 +61,15 @@ var (
 	ErrIsolationLevel = errors.New("pgadvisory: only READ COMMITTED is allowed: at REPEATABLE READ or SERIALIZABLE the snapshot predates the lock and fn could read stale data")
 
 	// ErrLockLost reports that a session lock's connection died or the lock
-	// vanished while its work was running. It is the cause of the context
-	// given to the work (see [context.Cause]).
+	// vanished while its work was running. The cause of the context given to
+	// the work (see [context.Cause]) wraps it.
 	ErrLockLost = errors.New("pgadvisory: session lock lost")
 
 	// ErrTransactionPooler reports that the connection goes through a pooler
 	// (such as PgBouncer in pool_mode=transaction) that may hand the server
 	// connection to other clients between transactions. Session locks leak
-	// there, so they are refused. Transaction-scoped RunExclusive works.
+	// there, so they are refused ([RunSession], [Migrate]). Transaction-scoped
+	// RunExclusive works.
 	ErrTransactionPooler = errors.New("pgadvisory: connection goes through a pooler; session locks would leak to other clients (use RunExclusive, or connect directly)")
 
 	// ErrStaleToken reports a fencing token that is no longer the published
@@ -94,7 +95,9 @@ var (
 	// fencing and run-once need it. Run [Migrate] first.
 	ErrNotMigrated = errors.New("pgadvisory: lockgen's schema is missing; run pgadvisory.Migrate")
 
-	// ErrInvalidArgument reports a nil database, a nil function or a bad option.
+	// ErrInvalidArgument reports a bad argument: a nil database, transaction
+	// or function, a bad option, an empty run-once window, bad declarations
+	// ([Register]), or a pool of one connection with [WithFencing].
 	ErrInvalidArgument = errors.New("pgadvisory: invalid argument")
 )
 

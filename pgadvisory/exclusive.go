@@ -26,7 +26,8 @@ import (
 // version; options add none. [RunExclusivePgx] needs two.
 //
 // All writes that must be protected by the lock go through tx: work done on
-// other connections is not covered (see the fencing documentation).
+// other connections is not covered (see Fencing in the package
+// documentation).
 func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error, opts ...Option) error {
 	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
 	if err != nil {

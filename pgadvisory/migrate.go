@@ -34,8 +34,9 @@ const (
 )
 
 // Migrate applies lockgen's SQL migrations (package migrations: the schema
-// pgadvisory with pgadvisory.lock_id and pgadvisory.valid_lock_name) to db,
-// with goose, recording them in [MigrationTable].
+// pgadvisory with the lock ID function, fencing, the run-once ledger, the
+// lock registry and the status view) to db, with goose, recording them in
+// [MigrationTable].
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and takes no lock. Concurrent callers (every replica at start-up) are

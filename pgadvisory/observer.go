@@ -12,19 +12,23 @@ type EventKind int
 
 // The events a call reports to its observer, in order: Acquired or Contended
 // first, then Released once the transaction (or session) ends. Error is
-// reported for any failure other than contention.
+// reported when a step before fn fails (getting a connection, the lock
+// statement, a standby, publishing the fencing token, the run-once ledger
+// check) or a session lock is lost; a failure of fn or COMMIT comes with
+// Released. A call refused for a bad argument or option reports nothing.
 const (
 	// EventAcquired: the locks were granted. Event.Wait is the time from the
 	// start of the call until the grant (it includes the round trip).
 	EventAcquired EventKind = iota + 1
-	// EventContended: another session holds a lock (ErrLocked) or the wait
-	// timed out (ErrLockTimeout). Event.Err says which.
+	// EventContended: another session holds a lock (ErrLocked), the wait
+	// timed out (ErrLockTimeout) or RunOnce found the window done
+	// (ErrAlreadyDone). Event.Err says which.
 	EventContended
 	// EventReleased: the transaction committed or rolled back, or the session
 	// lock was released. Event.Held is the time the locks were held and
 	// Event.Err the call's error, if any.
 	EventReleased
-	// EventError: the call failed for a reason other than contention.
+	// EventError: a step before fn failed, or a session lock was lost.
 	EventError
 )
 
@@ -54,19 +58,22 @@ type Event struct {
 	// Wait is how long taking the locks took (EventAcquired): from the
 	// start of the call to the grant, including getting a connection, BEGIN,
 	// the lock statement's round trip and any wait for the lock (WithWait),
-	// and publishing the fencing token (WithFencing).
+	// publishing the fencing token (WithFencing) and the run-once ledger
+	// check (RunOnce).
 	Wait time.Duration
 	// Held is how long the locks were held (EventReleased): from the grant
 	// to the end of COMMIT or ROLLBACK (for session locks, the unlock), when
 	// the server released them.
 	Held time.Duration
 	// Err is the error of the call (EventError, EventContended, and
-	// EventReleased when fn or COMMIT failed); nil otherwise.
+	// EventReleased when fn, the run-once ledger row or COMMIT failed, or fn
+	// panicked); nil otherwise.
 	Err error
 }
 
 // SlogObserver returns an observer that logs each event to logger: acquired
-// and released at Debug, contended at Info, errors at Error.
+// and released at Debug (a release with an error at Warn), contended at
+// Info, errors at Error.
 func SlogObserver(logger *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug

@@ -47,8 +47,9 @@ type config struct {
 }
 
 // WithWait makes the call wait for the lock instead of giving up at once.
-// The server enforces timeout with SET LOCAL lock_timeout, so an expired
-// wait returns [ErrLockTimeout]; a timeout of 0 waits until ctx is done.
+// The server enforces timeout as lock_timeout, set for the lock statement
+// only (fn's statements run without it), so an expired wait returns
+// [ErrLockTimeout]; a timeout of 0 waits until ctx is done.
 // Several locks are taken in ascending ID order, so callers that wait for
 // overlapping sets cannot deadlock each other.
 func WithWait(timeout time.Duration) Option {
