@@ -43,6 +43,7 @@ func FencingTokenPgx(tx pgx.Tx) (int64, bool) {
 	return lookupToken(tx)
 }
 
+// lookupToken is the token of the fenced lock transaction key, if it is one.
 func lookupToken(key any) (int64, bool) {
 	if key == nil {
 		return 0, false

@@ -158,6 +158,8 @@ func (c *config) setErr(kind, err error) {
 	}
 }
 
+// defaultCheckInterval is a session lock's check period without
+// WithCheckInterval.
 const defaultCheckInterval = time.Second
 
 // newConfig resolves the options of a call on lockID.

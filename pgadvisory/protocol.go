@@ -145,6 +145,7 @@ func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error 
 	return nil
 }
 
+// rollbackNow rolls the lock transaction back, even when ctx is done.
 func (c *config) rollbackNow(ctx context.Context, d txDriver) {
 	rctx, cancel := cleanupContext(ctx)
 	defer cancel()

@@ -73,6 +73,8 @@ func WithHolder(holder string) Option {
 	return optionFunc(func(c *config) { c.holder = holder })
 }
 
+// setRunOnce makes c a run-once call of window, keyed in the ledger by
+// lockID.
 func (c *config) setRunOnce(lockID int64, window string) error {
 	if window == "" {
 		return c.invalid("begin", errors.New("empty run-once window"))
@@ -121,6 +123,7 @@ func (c *config) recordRun(ctx context.Context, d txDriver, token int64, started
 	return &Error{Op: "run-once", LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: classify(err), Err: withContext(ctx, err)}
 }
 
+// defaultHolder is the ledger's holder without WithHolder: "<hostname>/<pid>".
 var defaultHolder = sync.OnceValue(func() string {
 	host, err := os.Hostname()
 	if err != nil {

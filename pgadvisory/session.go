@@ -171,6 +171,8 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 	return fn(workCtx)
 }
 
+// joinErr is the cause of a lost session lock, with fn's error if it
+// returned one.
 func joinErr(lost, fnErr error) error {
 	if fnErr == nil {
 		return lost

@@ -17,6 +17,9 @@ type watcher struct {
 	lost   error // set before wg.Done, read after wg.Wait
 }
 
+// watch checks every interval that the connection answers and holds all
+// the call's locks; on the first failure it records the loss and cancels
+// the work's context with an *Error of kind ErrLockLost.
 func (w *watcher) watch(ctx context.Context) {
 	defer w.wg.Done()
 	t := time.NewTicker(w.c.interval)

@@ -28,6 +28,7 @@ func MonthlyWindow(t time.Time, loc *time.Location) string {
 	return inLocation(t, loc).Format("2006-01")
 }
 
+// inLocation is t in loc, or in UTC when loc is nil.
 func inLocation(t time.Time, loc *time.Location) time.Time {
 	if loc == nil {
 		loc = time.UTC
