@@ -66,7 +66,7 @@ func FuzzParse(f *testing.F) {
 		if !bytes.Equal(formatted, out) {
 			t.Fatalf("generated code is not gofmt-clean:\n%s", gogen.Diff("generated", "gofmt", out, formatted))
 		}
-		hist, err := gogen.ReadManifest("locks_gen.go", out)
+		hist, err := decl.ReadManifest("locks_gen.go", out)
 		if err != nil {
 			t.Fatalf("cannot read back the manifest: %v", err)
 		}

@@ -63,7 +63,7 @@ func TestGolden(t *testing.T) {
 			require.Equal(t, string(want), string(got), "run go test -run TestGolden -update to accept")
 
 			// Header line, then a blank line, so it stays out of the package doc.
-			require.True(t, bytes.HasPrefix(got, []byte(gogen.Header+"\n\npackage "+f.Package+"\n")))
+			require.True(t, bytes.HasPrefix(got, []byte(decl.GeneratedHeader+"\n\npackage "+f.Package+"\n")))
 			fset := token.NewFileSet()
 			af, err := parser.ParseFile(fset, "x.go", got, parser.ParseComments)
 			require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestGolden(t *testing.T) {
 			require.Equal(t, string(got), string(again))
 
 			// The manifest reads back as what was declared.
-			hist, err := gogen.ReadManifest("locks_gen.go", got)
+			hist, err := decl.ReadManifest("locks_gen.go", got)
 			require.NoError(t, err)
 			require.Len(t, hist, len(f.Locks))
 			for _, l := range f.Locks {

@@ -29,7 +29,7 @@ func committedHistory(declPath string) (decl.History, error) {
 	if !ok {
 		return nil, nil
 	}
-	return ReadManifest("HEAD:"+filepath.ToSlash(filepath.Join(dir, f.Output)), out)
+	return decl.ReadManifest("HEAD:"+filepath.ToSlash(filepath.Join(dir, f.Output)), out)
 }
 
 // gitShow returns the contents of rel (slash-separated, relative to dir) as

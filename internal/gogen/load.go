@@ -60,12 +60,12 @@ func LoadWith(path string, opts LoadOptions) (*Result, error) {
 	if opts.ForgetHistory {
 		var herr error
 		if exists {
-			herr = checkGenerated(out, cur)
+			herr = decl.CheckGenerated(out, cur)
 		}
 		return build(f, perr, cur, exists, nil, herr)
 	}
 	if exists {
-		hist, herr := ReadManifest(out, cur)
+		hist, herr := decl.ReadManifest(out, cur)
 		return build(f, perr, cur, exists, hist, herr)
 	}
 	hist, herr := committedHistory(path)
@@ -82,7 +82,7 @@ func Build(path string, src, current []byte) (*Result, error) {
 	var hist decl.History
 	var herr error
 	if current != nil {
-		hist, herr = ReadManifest(f.OutputPath(), current)
+		hist, herr = decl.ReadManifest(f.OutputPath(), current)
 	}
 	return build(f, perr, current, current != nil, hist, herr)
 }
