@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/fencegen"
-	"github.com/lockgen/lockgen/internal/gogen"
 )
 
 // fenceFlags are lockgen fence's flags besides -f.
@@ -57,11 +57,11 @@ wrote.
 		case c.fence.table == "":
 			return c.usageError("fence", "missing -table schema.table")
 		}
-		r, err := gogen.Load(c.file)
+		loaded, err := decl.Load(c.file, decl.LoadOptions{})
 		if err != nil {
 			return c.fail(err)
 		}
-		l := r.File.Lookup(c.fence.lock)
+		l := loaded.File.Lookup(c.fence.lock)
 		if l == nil {
 			return c.usageError("fence", "lock %q is not declared in %s", c.fence.lock, c.file)
 		}

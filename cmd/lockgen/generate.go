@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/gogen"
 )
 
@@ -34,11 +35,15 @@ generate:
 		if fs.NArg() > 0 {
 			return c.usageError("generate", "unexpected argument %q", fs.Arg(0))
 		}
-		r, err := gogen.LoadWith(c.file, gogen.LoadOptions{ForgetHistory: c.forgetHistory})
+		loaded, err := decl.Load(c.file, decl.LoadOptions{ForgetHistory: c.forgetHistory})
 		if err != nil {
 			return c.fail(err)
 		}
-		if _, err := gogen.WriteFile(r.OutPath, r.Src); err != nil {
+		src, err := gogen.Emit(loaded.File)
+		if err != nil {
+			return c.fail(err)
+		}
+		if _, err := gogen.WriteFile(loaded.Output.Path, src); err != nil {
 			return c.fail(err)
 		}
 		return exitOK
@@ -61,20 +66,25 @@ in CI, e.g.:
 		if fs.NArg() > 0 {
 			return c.usageError("check", "unexpected argument %q", fs.Arg(0))
 		}
-		r, err := gogen.Load(c.file)
+		loaded, err := decl.Load(c.file, decl.LoadOptions{})
 		if err != nil {
 			return c.fail(err)
 		}
-		if r.Fresh() {
+		src, err := gogen.Emit(loaded.File)
+		if err != nil {
+			return c.fail(err)
+		}
+		out := loaded.Output
+		if out.Fresh(src) {
 			return exitOK
 		}
-		old := r.OutPath
+		old := out.Path
 		state := "stale"
-		if !r.Exists {
+		if !out.Exists {
 			old, state = "/dev/null", "missing"
 		}
-		c.stdout.Write(gogen.Diff(old, r.OutPath+" (generated)", r.Current, r.Src))
-		fmt.Fprintf(c.stderr, "lockgen: %s is %s: run lockgen generate -f %s\n", r.OutPath, state, c.file)
+		c.stdout.Write(gogen.Diff(old, out.Path+" (generated)", out.Src, src))
+		fmt.Fprintf(c.stderr, "lockgen: %s is %s: run lockgen generate -f %s\n", out.Path, state, c.file)
 		return exitFail
 	},
 }

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/lockgen/lockgen/internal/decl"
-	"github.com/lockgen/lockgen/internal/gogen"
 	"github.com/lockgen/lockgen/keyspace"
 )
 
@@ -29,11 +28,11 @@ its declared options.
 		if fs.NArg() > 0 {
 			return c.usageError("list", "unexpected argument %q", fs.Arg(0))
 		}
-		r, err := gogen.Load(c.file)
+		loaded, err := decl.Load(c.file, decl.LoadOptions{})
 		if err != nil {
 			return c.fail(err)
 		}
-		locks := slices.Clone(r.File.Locks)
+		locks := slices.Clone(loaded.File.Locks)
 		slices.SortFunc(locks, func(a, b *decl.Lock) int { return cmp.Compare(a.Name, b.Name) })
 		tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tPARAMS\tID\tOPTIONS")
@@ -121,13 +120,13 @@ stderr says so. Flags go before NAME.
 			c.noteDeclared(name, params, raw)
 			return exitOK
 		}
-		r, err := gogen.Load(c.file)
+		loaded, err := decl.Load(c.file, decl.LoadOptions{})
 		if err != nil {
 			return c.fail(err)
 		}
-		id, problem := declaredID(r.File.Lookup(name), name, params)
+		id, problem := declaredID(loaded.File.Lookup(name), name, params)
 		if problem != "" {
-			if r.File.Lookup(name) == nil {
+			if loaded.File.Lookup(name) == nil {
 				problem += " in " + c.file
 			}
 			return c.usageError("id", "%s", problem)
@@ -173,11 +172,11 @@ func (c *cli) noteDeclared(name string, params []string, raw int64) {
 	if _, err := os.Stat(c.file); err != nil {
 		return
 	}
-	r, err := gogen.Load(c.file)
+	loaded, err := decl.Load(c.file, decl.LoadOptions{})
 	if err != nil {
 		return
 	}
-	l := r.File.Lookup(name)
+	l := loaded.File.Lookup(name)
 	if l == nil {
 		return
 	}

@@ -172,7 +172,8 @@ func (c *cli) fail(err error) int {
 	}
 	// The internal packages prefix their errors with their names; the user
 	// ran lockgen.
-	msg := strings.TrimPrefix(err.Error(), "gogen: ")
+	msg := strings.TrimPrefix(err.Error(), "decl: ")
+	msg = strings.TrimPrefix(msg, "gogen: ")
 	msg = strings.TrimPrefix(msg, "fencegen: ")
 	fmt.Fprintf(c.stderr, "lockgen: %s\n", msg)
 	return exitFail

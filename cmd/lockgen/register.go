@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/lockgen/lockgen/internal/decl"
-	"github.com/lockgen/lockgen/internal/gogen"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -35,11 +34,11 @@ The database needs lockgen's migrations (pgadvisory.Migrate or goose up).
 		if fs.NArg() > 0 {
 			return c.usageError("register", "unexpected argument %q", fs.Arg(0))
 		}
-		r, err := gogen.Load(c.file)
+		loaded, err := decl.Load(c.file, decl.LoadOptions{})
 		if err != nil {
 			return c.fail(err)
 		}
-		decls := declared(r.File)
+		decls := declared(loaded.File)
 		db, ctx, done, err := c.openDB("register")
 		if err != nil {
 			return c.fail(err)

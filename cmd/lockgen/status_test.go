@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/examples/locks"
-	"github.com/lockgen/lockgen/internal/gogen"
+	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/lockscene"
 	"github.com/lockgen/lockgen/internal/status"
 	"github.com/lockgen/lockgen/internal/testdb"
@@ -160,9 +160,9 @@ func TestStatusCommandWithoutMigrations(t *testing.T) {
 // TestRegisterDeclaredMatchesGenerated: what lockgen register registers from
 // a locks.yaml is exactly the generated Declared.
 func TestRegisterDeclaredMatchesGenerated(t *testing.T) {
-	r, err := gogen.Load("../../examples/locks/locks.yaml")
+	loaded, err := decl.Load("../../examples/locks/locks.yaml", decl.LoadOptions{})
 	require.NoError(t, err)
-	got := declared(r.File)
+	got := declared(loaded.File)
 	slices.SortFunc(got, func(a, b pgadvisory.Declared) int { return strings.Compare(a.Name, b.Name) })
 	require.Equal(t, locks.Declared, got)
 }

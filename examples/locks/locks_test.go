@@ -85,15 +85,20 @@ func TestDeclaredRegistryIsComplete(t *testing.T) {
 // TestGeneratedFileIsFresh fails when locks_gen.go does not match
 // locks.yaml, like lockgen check does in CI.
 func TestGeneratedFileIsFresh(t *testing.T) {
-	r, err := gogen.Load("locks.yaml")
+	loaded, err := decl.Load("locks.yaml", decl.LoadOptions{})
 	require.NoError(t, err)
-	require.True(t, r.Fresh(), "locks_gen.go is stale: run go generate ./examples/locks\n%s",
-		gogen.Diff(r.OutPath, r.OutPath+" (generated)", r.Current, r.Src))
+	out := loaded.Output
+	gen, err := gogen.Emit(loaded.File)
+	require.NoError(t, err)
+	require.True(t, out.Fresh(gen), "locks_gen.go is stale: run go generate ./examples/locks\n%s",
+		gogen.Diff(out.Path, out.Path+" (generated)", out.Src, gen))
 
 	// Control: a changed declaration makes it stale.
 	src, err := os.ReadFile("locks.yaml")
 	require.NoError(t, err)
-	changed, err := gogen.Build("locks.yaml", append(src, []byte("  - name: reports.extra\n")...), r.Current)
+	changed, err := decl.LoadBytes("locks.yaml", append(src, []byte("  - name: reports.extra\n")...), out.Src)
 	require.NoError(t, err)
-	require.False(t, changed.Fresh())
+	changedGen, err := gogen.Emit(changed.File)
+	require.NoError(t, err)
+	require.False(t, changed.Output.Fresh(changedGen))
 }

@@ -8,6 +8,13 @@
 // lockgen emitted last time, which is how renames and removals are caught.
 // Both return an [ErrorList] whose entries read "locks.yaml:LINE:COL: message".
 //
+// [Load] is what every lockgen command starts with: it reads the
+// declarations file and the output file it names, reads that output's
+// manifest (the lines lockgen wrote at its end, see [ReadManifest]) as the
+// History, or, when the output is missing, the manifest of the output
+// committed at git HEAD, and runs Parse and Check. The emitters (packages
+// gogen and fencegen) take the checked [File] from there.
+//
 // The format, version "1":
 //
 //	version: "1"

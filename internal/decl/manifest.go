@@ -59,10 +59,10 @@ func (e Emitted) ManifestLine() string {
 	return emittedPrefix + e.Name + " " + paramsField + strings.Join(ts, ",")
 }
 
-// CheckGenerated refuses a file that lockgen did not generate (its first
+// checkGenerated refuses a file that lockgen did not generate (its first
 // line is not [GeneratedHeader]), so lockgen never overwrites a file it did
 // not write. path is used in the error position.
-func CheckGenerated(path string, src []byte) error {
+func checkGenerated(path string, src []byte) error {
 	if bytes.HasPrefix(src, []byte(GeneratedHeader+"\n")) {
 		return nil
 	}
@@ -77,7 +77,7 @@ func ReadManifest(path string, src []byte) (History, error) {
 	fail := func(line int, format string, args ...any) error {
 		return ErrorList{{File: path, Pos: Pos{Line: line, Col: 1}, Msg: fmt.Sprintf(format, args...)}}
 	}
-	if err := CheckGenerated(path, src); err != nil {
+	if err := checkGenerated(path, src); err != nil {
 		return nil, err
 	}
 	at := bytes.LastIndex(src, []byte("\n"+manifestMarker))

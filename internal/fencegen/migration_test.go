@@ -14,7 +14,6 @@ import (
 
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/fencegen"
-	"github.com/lockgen/lockgen/internal/gogen"
 	"github.com/lockgen/lockgen/internal/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -30,9 +29,9 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // checkedLock declares one lock from yaml and returns it checked.
 func checkedLock(t *testing.T, yaml, name string) *decl.Lock {
 	t.Helper()
-	r, err := gogen.Build("locks.yaml", []byte("version: \"1\"\npackage: locks\nlocks:\n"+yaml), nil)
+	loaded, err := decl.LoadBytes("locks.yaml", []byte("version: \"1\"\npackage: locks\nlocks:\n"+yaml), nil)
 	require.NoError(t, err)
-	l := r.File.Lookup(name)
+	l := loaded.File.Lookup(name)
 	require.NotNil(t, l)
 	return l
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/fencegen"
-	"github.com/lockgen/lockgen/internal/gogen"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden with the current output")
@@ -23,9 +22,9 @@ func declared(t *testing.T, name string) *decl.Lock {
 	t.Helper()
 	src, err := os.ReadFile("testdata/locks.yaml")
 	require.NoError(t, err)
-	r, err := gogen.Build("locks.yaml", src, nil)
+	loaded, err := decl.LoadBytes("locks.yaml", src, nil)
 	require.NoError(t, err)
-	l := r.File.Lookup(name)
+	l := loaded.File.Lookup(name)
 	require.NotNil(t, l, name)
 	return l
 }

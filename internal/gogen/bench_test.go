@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/gogen"
 )
 
@@ -28,13 +29,24 @@ func declarations(n int) []byte {
 	return []byte(b.String())
 }
 
+// generateInMemory is lockgen generate without files: load (parse, check)
+// and emit.
+func generateInMemory(src []byte) (*decl.File, []byte, error) {
+	loaded, err := decl.LoadBytes("locks.yaml", src, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := gogen.Emit(loaded.File)
+	return loaded.File, out, err
+}
+
 func TestDeclarationsGenerate(t *testing.T) {
-	r, err := gogen.Build("locks.yaml", declarations(100), nil)
+	f, out, err := generateInMemory(declarations(100))
 	require.NoError(t, err)
-	require.Len(t, r.File.Locks, 100)
-	formatted, err := format.Source(r.Src)
+	require.Len(t, f.Locks, 100)
+	formatted, err := format.Source(out)
 	require.NoError(t, err)
-	require.Equal(t, string(formatted), string(r.Src), "gofmt-clean")
+	require.Equal(t, string(formatted), string(out), "gofmt-clean")
 }
 
 // BenchmarkGenerate is lockgen generate in memory (parse, check, emit,
@@ -49,7 +61,7 @@ func BenchmarkGenerate(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(src)))
 			for b.Loop() {
-				if _, err := gogen.Build("locks.yaml", src, nil); err != nil {
+				if _, _, err := generateInMemory(src); err != nil {
 					b.Fatal(err)
 				}
 			}

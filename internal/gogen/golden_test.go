@@ -42,9 +42,11 @@ func generate(t *testing.T, name string) (*decl.File, []byte) {
 	path := filepath.Join("testdata", name+".yaml")
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
-	r, err := gogen.Build("locks.yaml", src, nil)
+	loaded, err := decl.LoadBytes("locks.yaml", src, nil)
 	require.NoError(t, err)
-	return r.File, r.Src
+	out, err := gogen.Emit(loaded.File)
+	require.NoError(t, err)
+	return loaded.File, out
 }
 
 // TestGolden compares the output for each testdata/NAME.yaml with

@@ -1,11 +1,9 @@
-package gogen
+package decl
 
 import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
-
-	"github.com/lockgen/lockgen/internal/decl"
 )
 
 // committedHistory is the history to check against when the output file is
@@ -15,13 +13,13 @@ import (
 // output: therefore does not let a rename through unchecked. It returns no
 // history, and no error, outside a git work tree, without git, or when HEAD
 // has neither file (a first generate).
-func committedHistory(declPath string) (decl.History, error) {
+func committedHistory(declPath string) (History, error) {
 	dir := filepath.Dir(declPath)
 	src, ok := gitShow(dir, filepath.Base(declPath))
 	if !ok {
 		return nil, nil
 	}
-	f, _ := decl.Parse(declPath, src)
+	f, _ := Parse(declPath, src)
 	if f == nil {
 		return nil, nil // HEAD's declarations do not parse: nothing to learn from them
 	}
@@ -29,7 +27,7 @@ func committedHistory(declPath string) (decl.History, error) {
 	if !ok {
 		return nil, nil
 	}
-	return decl.ReadManifest("HEAD:"+filepath.ToSlash(filepath.Join(dir, f.Output)), out)
+	return ReadManifest("HEAD:"+filepath.ToSlash(filepath.Join(dir, f.Output)), out)
 }
 
 // gitShow returns the contents of rel (slash-separated, relative to dir) as
