@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lockgen/lockgen/internal/decl"
+	"github.com/lockgen/lockgen/internal/gogen"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -59,27 +60,12 @@ The database needs lockgen's migrations (pgadvisory.Migrate or goose up).
 	},
 }
 
-// declared is the registry the generated file holds as Declared (gogen's
-// emitter writes the same fields).
+// declared is the registry the generated file holds as Declared, in the
+// declarations' order.
 func declared(f *decl.File) []pgadvisory.Declared {
 	out := make([]pgadvisory.Declared, 0, len(f.Locks))
 	for _, l := range f.Locks {
-		d := pgadvisory.Declared{
-			Name:        l.Name,
-			Doc:         l.Doc,
-			Pinned:      l.Pinned,
-			Shared:      l.Shared,
-			Wait:        l.HasWait,
-			WaitTimeout: l.Wait,
-			Fencing:     l.Fencing,
-		}
-		if l.Plain() {
-			d.ID = l.ID
-		}
-		for _, p := range l.Params {
-			d.Params = append(d.Params, pgadvisory.DeclaredParam{Name: p.Name, Type: p.Type})
-		}
-		out = append(out, d)
+		out = append(out, gogen.Declared(l))
 	}
 	return out
 }

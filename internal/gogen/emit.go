@@ -278,66 +278,6 @@ func durationExpr(d time.Duration, spaced bool) string {
 	panic("unreachable")
 }
 
-// registry emits the Declared list.
-func (e *emitter) registry(source string, locks []*decl.Lock) {
-	e.p("")
-	e.docComment(wrap(fmt.Sprintf("%s lists every lock declared in %s, sorted by name, for registries and tooling.", decl.RegistryName, source)))
-	if len(locks) == 0 {
-		e.p("var %s = []pgadvisory.Declared{}", decl.RegistryName)
-		return
-	}
-	e.p("var %s = []pgadvisory.Declared{", decl.RegistryName)
-	var fields []field
-	for _, l := range locks {
-		fields = append(fields[:0], field{"Name", strconv.Quote(l.Name)})
-		if l.Doc != "" {
-			fields = append(fields, field{"Doc", strconv.Quote(l.Doc)})
-		}
-		if !l.Plain() {
-			ps := make([]string, len(l.Params))
-			for i, p := range l.Params {
-				ps[i] = fmt.Sprintf("{Name: %s, Type: keyspace.%s}", strconv.Quote(p.Name), typeConsts[p.Type])
-			}
-			fields = append(fields, field{"Params", "[]pgadvisory.DeclaredParam{" + strings.Join(ps, ", ") + "}"})
-		} else {
-			fields = append(fields, field{"ID", strconv.FormatInt(l.ID, 10)})
-		}
-		if l.Pinned {
-			fields = append(fields, field{"Pinned", "true"})
-		}
-		if l.Shared {
-			fields = append(fields, field{"Shared", "true"})
-		}
-		if l.HasWait {
-			fields = append(fields, field{"Wait", "true"})
-			if l.Wait != 0 {
-				fields = append(fields, field{"WaitTimeout", durationExpr(l.Wait, true)})
-			}
-		}
-		if l.Fencing {
-			fields = append(fields, field{"Fencing", "true"})
-		}
-		e.p("\t{")
-		e.fields("\t\t", fields)
-		e.p("\t},")
-	}
-	e.p("}")
-}
-
-// field is one key: value line of a composite literal.
-type field struct{ key, value string }
-
-// fields writes key: value lines with the values aligned, as gofmt does.
-func (e *emitter) fields(indent string, fields []field) {
-	width := 0
-	for _, f := range fields {
-		width = max(width, len(f.key))
-	}
-	for _, f := range fields {
-		e.p("%s%s:%s%s,", indent, f.key, strings.Repeat(" ", width-len(f.key)+1), f.value)
-	}
-}
-
 var (
 	goTypes = map[keyspace.ParamType]string{
 		keyspace.Int64: "int64", keyspace.String: "string", keyspace.UUID: "[16]byte", keyspace.Bool: "bool",
