@@ -72,8 +72,8 @@ func optionsText(l *decl.Lock) string {
 	if l.Shared {
 		opts = append(opts, "shared")
 	}
-	if l.HasWait {
-		opts = append(opts, "wait "+l.Wait.String())
+	if l.Wait {
+		opts = append(opts, "wait "+l.WaitTimeout.String())
 	}
 	if l.Fencing {
 		opts = append(opts, "fencing")

@@ -101,8 +101,8 @@ locks:
 
 	rb := f.Lookup("reports.rebuild")
 	require.True(t, rb.Shared)
-	require.True(t, rb.HasWait)
-	require.Equal(t, 90*time.Second, rb.Wait)
+	require.True(t, rb.Wait)
+	require.Equal(t, 90*time.Second, rb.WaitTimeout)
 
 	pin := f.Lookup("legacy.cleanup")
 	require.True(t, pin.HasPin)

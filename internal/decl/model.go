@@ -60,10 +60,10 @@ type Lock struct {
 	HasPin bool  // id: pins the plain lock's ID
 	Pin    int64 // the pinned ID
 
-	Shared  bool          // shared: true
-	HasWait bool          // wait: given
-	Wait    time.Duration // wait: timeout, 0 means until the context is done
-	Fencing bool          // fencing: true, taken with pgadvisory.WithFencing()
+	Shared      bool          // shared: true
+	Wait        bool          // wait: given, taken with pgadvisory.WithWait(WaitTimeout)
+	WaitTimeout time.Duration // with Wait: wait:'s duration, 0 means until the context is done
+	Fencing     bool          // fencing: true, taken with pgadvisory.WithFencing()
 
 	RenamedFrom string   // renamed_from: the old name
 	OnRename    OnRename // on_rename

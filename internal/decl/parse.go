@@ -311,7 +311,7 @@ func (p *parser) lock(n *yaml.Node) *Lock {
 			case d < 0:
 				p.add(pos(v.value), "wait must not be negative (0s waits until the context is done)")
 			default:
-				l.HasWait, l.Wait = true, d
+				l.Wait, l.WaitTimeout = true, d
 			}
 		}
 	}

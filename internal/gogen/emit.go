@@ -72,7 +72,7 @@ func (e *emitter) p(format string, args ...any) {
 func (e *emitter) header(f *decl.File, locks []*decl.Lock) {
 	var needTime, needKeyspace bool
 	for _, l := range locks {
-		needTime = needTime || (l.HasWait && l.Wait != 0)
+		needTime = needTime || (l.Wait && l.WaitTimeout != 0)
 		needKeyspace = needKeyspace || !l.Plain()
 	}
 	e.p("%s", decl.GeneratedHeader)
@@ -134,12 +134,12 @@ func (e *emitter) comment(first string, l *decl.Lock) {
 		sentences = append(sentences, fmt.Sprintf("It was renamed from %s and keeps that lock's ID.", strconv.Quote(l.RenamedFrom)))
 	}
 	switch {
-	case l.Shared && l.HasWait:
-		sentences = append(sentences, "It is taken in shared mode and "+waitText(l.Wait)+".")
+	case l.Shared && l.Wait:
+		sentences = append(sentences, "It is taken in shared mode and "+waitText(l.WaitTimeout)+".")
 	case l.Shared:
 		sentences = append(sentences, "It is taken in shared mode.")
-	case l.HasWait:
-		sentences = append(sentences, "It "+waitText(l.Wait)+".")
+	case l.Wait:
+		sentences = append(sentences, "It "+waitText(l.WaitTimeout)+".")
 	}
 	if l.Fencing {
 		sentences = append(sentences, "Each acquisition issues a fencing token (pgadvisory.WithFencing).")
@@ -232,10 +232,10 @@ func with(l *decl.Lock) string {
 	if l.Shared {
 		opts = append(opts, "pgadvisory.WithShared()")
 	}
-	if l.HasWait {
+	if l.Wait {
 		// gofmt drops the blanks around * inside a call with several
 		// arguments: With(WithShared(), WithWait(5*time.Second)).
-		opts = append(opts, "pgadvisory.WithWait("+durationExpr(l.Wait, !l.Shared && !l.Fencing)+")")
+		opts = append(opts, "pgadvisory.WithWait("+durationExpr(l.WaitTimeout, !l.Shared && !l.Fencing)+")")
 	}
 	if l.Fencing {
 		opts = append(opts, "pgadvisory.WithFencing()")

@@ -19,8 +19,8 @@ func Declared(l *decl.Lock) pgadvisory.Declared {
 		Doc:         l.Doc,
 		Pinned:      l.Pinned,
 		Shared:      l.Shared,
-		Wait:        l.HasWait,
-		WaitTimeout: l.Wait,
+		Wait:        l.Wait,
+		WaitTimeout: l.WaitTimeout,
 		Fencing:     l.Fencing,
 	}
 	if l.Plain() {
