@@ -37,22 +37,19 @@ its declared options.
 		tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tPARAMS\tID\tOPTIONS")
 		for _, l := range locks {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Name, paramList(l), idText(l), optionsText(l))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Name, paramsText(l), idText(l), optionsText(l))
 		}
 		tw.Flush()
 		return exitOK
 	},
 }
 
-func paramList(l *decl.Lock) string {
+// paramsText is the PARAMS column: the parameters, or - for a plain lock.
+func paramsText(l *decl.Lock) string {
 	if l.Plain() {
 		return "-"
 	}
-	ps := make([]string, len(l.Params))
-	for i, p := range l.Params {
-		ps[i] = p.Name + " " + string(p.Type)
-	}
-	return strings.Join(ps, ", ")
+	return l.ParamList()
 }
 
 func idText(l *decl.Lock) string {
@@ -146,7 +143,7 @@ func declaredID(l *decl.Lock, name string, params []string) (id int64, problem s
 	case len(params) != len(l.Params):
 		want := "no parameters"
 		if !l.Plain() {
-			want = fmt.Sprintf("%d parameter(s): %s", len(l.Params), paramList(l))
+			want = fmt.Sprintf("%d parameter(s): %s", len(l.Params), l.ParamList())
 		}
 		return 0, fmt.Sprintf("lock %q takes %s; got %d", name, want, len(params))
 	case l.Plain():

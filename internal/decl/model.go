@@ -2,6 +2,7 @@ package decl
 
 import (
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lockgen/lockgen/keyspace"
@@ -96,6 +97,16 @@ func (l *Lock) ParamTypes() []keyspace.ParamType {
 		ts[i] = p.Type
 	}
 	return ts
+}
+
+// ParamList returns l's parameters as "tenant_id int64, region string", as
+// lockgen's messages and listings show them; "" for a plain lock.
+func (l *Lock) ParamList() string {
+	ps := make([]string, len(l.Params))
+	for i, p := range l.Params {
+		ps[i] = p.Name + " " + string(p.Type)
+	}
+	return strings.Join(ps, ", ")
 }
 
 // Param is one parameter of a parameterized lock.

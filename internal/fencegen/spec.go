@@ -137,16 +137,7 @@ func NewSpec(lock *decl.Lock, table, columns, policy string) (*Spec, error) {
 	case lock.Plain() && len(s.Columns) > 0:
 		return nil, invalid("lock %q has no parameters, so it takes no -columns; got %d", lock.Name, len(s.Columns))
 	case len(s.Columns) != len(lock.Params):
-		return nil, invalid("lock %q takes %d parameter(s): %s; -columns names %d column(s)", lock.Name, len(lock.Params), paramList(lock), len(s.Columns))
+		return nil, invalid("lock %q takes %d parameter(s): %s; -columns names %d column(s)", lock.Name, len(lock.Params), lock.ParamList(), len(s.Columns))
 	}
 	return s, nil
-}
-
-// paramList is "tenant_id int64, region string".
-func paramList(l *decl.Lock) string {
-	ps := make([]string, len(l.Params))
-	for i, p := range l.Params {
-		ps[i] = p.Name + " " + string(p.Type)
-	}
-	return strings.Join(ps, ", ")
 }
