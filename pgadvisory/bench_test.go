@@ -31,7 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lockgen/lockgen/internal/designsource/pglock"
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )

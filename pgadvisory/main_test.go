@@ -3,7 +3,7 @@ package pgadvisory_test
 import (
 	"testing"
 
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 

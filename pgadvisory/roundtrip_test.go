@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/designsource/pglock"
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )

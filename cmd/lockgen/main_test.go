@@ -12,7 +12,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected output in testdata/script/*.txtar")

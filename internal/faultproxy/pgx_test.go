@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/faultproxy"
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/fencegen"
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
 // EnvBinDir is the environment variable naming the directory of the

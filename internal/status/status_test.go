@@ -19,7 +19,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/lockscene"
 	"github.com/lockgen/lockgen/internal/status"
-	"github.com/lockgen/lockgen/internal/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
