@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/internal/pgcluster"
+	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 )
 
 func TestStartAppliesSettingsAndCleansUp(t *testing.T) {

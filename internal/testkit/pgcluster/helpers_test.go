@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/internal/pgcluster"
+	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 )
 
 // sharedCluster is the one cluster most tests of this package use.
