@@ -32,7 +32,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
-	"github.com/lockgen/lockgen/internal/wirecount"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
-	"github.com/lockgen/lockgen/internal/wirecount"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 

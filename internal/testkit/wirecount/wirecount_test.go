@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
-	"github.com/lockgen/lockgen/internal/wirecount"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
