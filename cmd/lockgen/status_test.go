@@ -15,8 +15,8 @@ import (
 
 	"github.com/lockgen/lockgen/examples/locks"
 	"github.com/lockgen/lockgen/internal/decl"
-	"github.com/lockgen/lockgen/internal/lockscene"
 	"github.com/lockgen/lockgen/internal/status"
+	"github.com/lockgen/lockgen/internal/testkit/lockscene"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/internal/lockscene"
 	"github.com/lockgen/lockgen/internal/status"
+	"github.com/lockgen/lockgen/internal/testkit/lockscene"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
