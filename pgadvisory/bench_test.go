@@ -4,7 +4,7 @@ package pgadvisory_test
 // always in the same run. Every critical section is empty, so the numbers
 // are the lock mechanism's own cost. Pools have 16 connections. Each
 // benchmark also reports rt/op: round trips per op counted on the wire
-// (internal/wirecount; for losers this includes the background ROLLBACK).
+// (internal/testkit/wirecount; for losers this includes the background ROLLBACK).
 //
 // Claims, checked from interleaved runs by .ci/bench:
 //
@@ -30,7 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/lockgen/lockgen/internal/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -38,7 +38,7 @@ import (
 
 // ---- Baseline: the design source, verbatim ---------------------------------
 //
-// pglock.RunExclusive (internal/designsource/pglock) is the design source's
+// pglock.RunExclusive (internal/testkit/designsource/pglock) is the design source's
 // RunExclusive, copied verbatim; pgadvisory.RunExclusive is measured against it.
 
 // ---- Other baselines -----------------------------------------------------------

@@ -1,6 +1,6 @@
 package pgadvisory_test
 
-// Round trips per call, counted on the wire (internal/wirecount): a round
+// Round trips per call, counted on the wire (internal/testkit/wirecount): a round
 // trip starts whenever the client writes after having read from the server.
 // Every measured handle has ONE connection, so the statement cache warmed by
 // the first call is the one the measured calls use, and pool liveness pings
@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/internal/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"

@@ -32,7 +32,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockgen/lockgen/internal/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 

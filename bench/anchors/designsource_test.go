@@ -5,7 +5,7 @@ package anchors
 // (/work/shared/seeds/000_820481cf010be46d.txt): redislock.Acquire/Release,
 // copied verbatim; only identifiers were renamed (prefix redisLock) so it fits
 // in this package. Its PostgreSQL lock is the root module's
-// internal/designsource/pglock, shared with pgadvisory's benchmarks.
+// internal/testkit/designsource/pglock, shared with pgadvisory's benchmarks.
 
 import (
 	"context"
