@@ -1,6 +1,6 @@
 package anchors
 
-// Fixtures: the package database that the root module's internal/testdb
+// Fixtures: the package database that the root module's internal/testkit/testdb
 // gives this test package on the server named by LOCKGEN_DATABASE_URL (with
 // lockgen's schema applied once), unique lock keys, pools of 16 connections
 // whose round trips are counted, and the local Redis.
@@ -160,7 +160,7 @@ func redisClient(b *testing.B, c *rtCounter) (*redis.Client, error) {
 
 // rtCounter counts client/server round trips on the connections it dials:
 // a round trip starts with the first write after a read (pipelined writes
-// count once), as in the root module's internal/wirecount. It is kept
+// count once), as in the root module's internal/testkit/wirecount. It is kept
 // separate because wirecount serializes every read and write of all its
 // connections on one mutex (for its gate), which would throttle the
 // 16-goroutine rows; here each connection has its own lock and the total

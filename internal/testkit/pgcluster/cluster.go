@@ -182,7 +182,7 @@ func (c *Cluster) includeConf() error {
 	if err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
-	_, err = fmt.Fprintf(f, "\n# Added by lockgen's internal/pgcluster.\ninclude '%s'\n", confFile)
+	_, err = fmt.Fprintf(f, "\n# Added by lockgen's internal/testkit/pgcluster.\ninclude '%s'\n", confFile)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -195,7 +195,7 @@ func (c *Cluster) includeConf() error {
 // writeConf writes the settings file for the current port.
 func (c *Cluster) writeConf() error {
 	var b strings.Builder
-	b.WriteString("# Written by lockgen's internal/pgcluster at every start.\n")
+	b.WriteString("# Written by lockgen's internal/testkit/pgcluster at every start.\n")
 	fmt.Fprintf(&b, "listen_addresses = '%s'\nport = %d\nunix_socket_directories = %s\n", host, c.port, quoteConf(c.root))
 	for _, s := range c.settings {
 		fmt.Fprintf(&b, "%s = %s\n", s.name, quoteConf(s.value))

@@ -175,7 +175,7 @@ func startBouncer(target, mode string, opts []Option, logf func(string, ...any))
 // bouncerINI renders pgbouncer.ini.
 func bouncerINI(db, targetHost string, targetPort uint16, mode string, port int, authFile string, settings []setting) string {
 	var b strings.Builder
-	b.WriteString("; Written by lockgen's internal/pgcluster.\n[databases]\n")
+	b.WriteString("; Written by lockgen's internal/testkit/pgcluster.\n[databases]\n")
 	fmt.Fprintf(&b, "%s = host=%s port=%d dbname=%s\n\n[pgbouncer]\n", db, targetHost, targetPort, db)
 	fmt.Fprintf(&b, "listen_addr = %s\nlisten_port = %d\nunix_socket_dir =\n", host, port)
 	fmt.Fprintf(&b, "auth_type = trust\nauth_file = %s\npool_mode = %s\n", authFile, mode)
