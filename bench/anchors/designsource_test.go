@@ -1,10 +1,9 @@
 package anchors
 
 // The design source's Redis lock, from the blog post "Distributed Locking:
-// Redis, PostgreSQL và những trade-off"
-// (/work/shared/seeds/000_820481cf010be46d.txt): redislock.Acquire/Release,
-// copied verbatim; only identifiers were renamed (prefix redisLock) so it fits
-// in this package. Its PostgreSQL lock is the root module's
+// Redis, PostgreSQL và những trade-off" (000_820481cf010be46d.txt):
+// redislock.Acquire/Release, copied verbatim; only identifiers were renamed
+// (prefix redisLock) so it fits in this package. Its PostgreSQL lock is the root module's
 // internal/testkit/designsource/pglock, shared with pgadvisory's benchmarks.
 
 import (

@@ -1,9 +1,8 @@
 // Package pglock is the design source's PostgreSQL lock, the baseline that
 // lockgen's benchmarks and fault tests measure pgadvisory against: package
 // pglock from the blog post "Distributed Locking: Redis, PostgreSQL và những
-// trade-off" (/work/shared/seeds/000_820481cf010be46d.txt), copied verbatim,
-// comments included. It lives in one place so that every suite measures the
-// same code. Do not use it: it has none of pgadvisory's protections (typed
+// trade-off" (000_820481cf010be46d.txt), copied verbatim, comments included.
+// It lives in one place so that every suite measures the same code. Do not use it: it has none of pgadvisory's protections (typed
 // errors, isolation level, standby check, unknown-commit reporting).
 package pglock
 
