@@ -9,7 +9,7 @@
 # The test binary is built once and run COUNT times with -count 1 (the whole
 # suite per pass), i.e. `go test -run '^$' -bench . -count COUNT` interleaved:
 # the i-th sample of every row comes from pass i, and the ratios printed by
-# the root's .ci/benchratio are paired per pass (median of per-pass ratios).
+# the root module's internal/testkit/benchratio are paired per pass (median of per-pass ratios).
 #
 # Ratios: uncontended rows ÷ Anchors/uncontended/bare_tx; contended rows ÷
 # Anchors/contended/bare_tx/key=none (bare transactions from 16 goroutines);
@@ -64,7 +64,7 @@ for n in $names; do
     KeysPerTx/*) ratios+=(-ratio "$n : KeysPerTx/bare_tx") ;;
   esac
 done
-go run ../../.ci/benchratio/main.go "${ratios[@]}" "$OUT"
+go run ../../internal/testkit/benchratio "${ratios[@]}" "$OUT"
 
 # wins/op and time per win of the contended rows (medians over passes).
 echo

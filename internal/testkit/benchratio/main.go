@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run .ci/benchratio/main.go [-strict] [-ratio 'A : B <= 1.05']... FILE...
+//	go run ./internal/testkit/benchratio [-strict] [-ratio 'A : B <= 1.05']... FILE...
 //
 // The i-th result of a benchmark in the input is its i-th sample. When the
 // input comes from interleaved passes (the whole suite run N times with
