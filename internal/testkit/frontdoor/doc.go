@@ -1,0 +1,28 @@
+// Package frontdoor runs one test body over both of pgadvisory's front
+// doors: the database/sql entry points (RunExclusive, RunOnce, RunSession,
+// RunFenced and the Lock methods on a *sql.DB) and their pgx twins
+// (RunExclusivePgx, … on a *pgxpool.Pool).
+//
+// A [Door] is one front door bound to a connection pool. Its methods have
+// the same shape for both drivers, and the transaction fn receives is a
+// [Tx], whichever driver opened it:
+//
+//	frontdoor.ForEach(t, func(t *testing.T, d frontdoor.Door) {
+//		err := d.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+//			return tx.Exec(ctx, "INSERT INTO …")
+//		}, pgadvisory.WithFencing())
+//		…
+//	})
+//
+// [ForEach] runs the body once per driver, as the subtests "database/sql"
+// and "pgx", each on a new pool of the package database ([testdb]). [Open]
+// opens more doors (another replica, a pool of one connection, a pool with
+// server settings or through a fault proxy), [OnDB] and [OnPool] wrap pools
+// a test opened itself, and [SQLTx] and [PgxTx] wrap transactions that a
+// control test (hand-written locking, the design source's code) began, so
+// that a control can run the same fn as the front door under test.
+//
+// Adding an entry family to pgadvisory (leader election, say) means adding
+// one method to Door that calls the database/sql or the pgx entry point,
+// and every two-door test can use it.
+package frontdoor
