@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -35,7 +36,7 @@ func TestIsolationTrapControl(t *testing.T) {
 	t.Run("repeatable-read", func(t *testing.T) {
 		check := testdb.DB(t)
 		table := newLedger(t, check)
-		res := runLedger(t, rawRunner(testdb.DB(t), sql.LevelRepeatableRead, true), testdb.Key(t), table, trapWorkers, trapIters)
+		res := runLedger(t, plainTxRunner(testdb.DB(t), sql.LevelRepeatableRead, true), testdb.Key(t), table, trapWorkers, trapIters)
 		require.Empty(t, res.errs, "inserts alone raise no serialization failure at REPEATABLE READ")
 		s := readLedger(t, check, table)
 		require.EqualValues(t, res.ok, s.rows)
@@ -45,7 +46,7 @@ func TestIsolationTrapControl(t *testing.T) {
 	t.Run("serializable", func(t *testing.T) {
 		check := testdb.DB(t)
 		table := newLedger(t, check)
-		res := runLedger(t, rawRunner(testdb.DB(t), sql.LevelSerializable, true), testdb.Key(t), table, trapWorkers, trapIters)
+		res := runLedger(t, plainTxRunner(testdb.DB(t), sql.LevelSerializable, true), testdb.Key(t), table, trapWorkers, trapIters)
 		for _, err := range res.errs {
 			require.Equal(t, "40001", pgadvisory.SQLState(err), "only serialization failures are expected: %v", err)
 		}
@@ -77,9 +78,9 @@ func TestIsolationLevelRefused(t *testing.T) {
 		pgadvisory.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted}),
 		pgadvisory.WithPgxTxOptions(pgx.TxOptions{IsoLevel: pgx.ReadCommitted}),
 	}
-	ctx := testCtx(t)
+	ctx := testdb.Context(t)
 
-	t.Run("database-sql", func(t *testing.T) {
+	t.Run(string(frontdoor.SQL), func(t *testing.T) {
 		cfg, err := pgx.ParseConfig(testdb.URL(t))
 		require.NoError(t, err)
 		var connects atomic.Int32
@@ -88,11 +89,11 @@ func TestIsolationLevelRefused(t *testing.T) {
 			return nil
 		}))
 		t.Cleanup(func() { _ = db.Close() })
-		inst := sqlInstance(db)
+		door := frontdoor.OnDB(db)
 		key := testdb.Key(t)
 		for _, tc := range refused {
 			called := false
-			err := inst.run(ctx, key, func(txq) error { called = true; return nil }, tc.opt)
+			err := door.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, tc.opt)
 			requireIsolationRefused(t, err, tc.name)
 			require.False(t, called, "%s: fn must not run", tc.name)
 		}
@@ -100,26 +101,26 @@ func TestIsolationLevelRefused(t *testing.T) {
 		require.Zero(t, db.Stats().OpenConnections)
 
 		for _, opt := range accepted {
-			require.NoError(t, inst.run(ctx, key, func(q txq) error { return requireReadCommitted(ctx, q) }, opt))
+			require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return requireReadCommitted(ctx, tx) }, opt))
 		}
 		require.Positive(t, connects.Load(), "control: a real call opens a connection")
 	})
 
-	t.Run("pgxpool", func(t *testing.T) {
+	t.Run(string(frontdoor.Pgx), func(t *testing.T) {
 		pool := testdb.Pool(t)
-		inst := pgxInstance(pool)
+		door := frontdoor.OnPool(pool)
 		key := testdb.Key(t)
 		acquires := pool.Stat().AcquireCount()
 		for _, tc := range refused {
 			called := false
-			err := inst.run(ctx, key, func(txq) error { called = true; return nil }, tc.opt)
+			err := door.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, tc.opt)
 			requireIsolationRefused(t, err, tc.name)
 			require.False(t, called, "%s: fn must not run", tc.name)
 		}
 		require.Equal(t, acquires, pool.Stat().AcquireCount(), "no connection may be acquired")
 
 		for _, opt := range accepted {
-			require.NoError(t, inst.run(ctx, key, func(q txq) error { return requireReadCommitted(ctx, q) }, opt))
+			require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return requireReadCommitted(ctx, tx) }, opt))
 		}
 		require.Greater(t, pool.Stat().AcquireCount(), acquires, "control: a real call acquires a connection")
 	})
@@ -134,9 +135,9 @@ func requireIsolationRefused(t *testing.T, err error, name string) {
 }
 
 // requireReadCommitted fails unless q's transaction runs at READ COMMITTED.
-func requireReadCommitted(ctx context.Context, q txq) error {
+func requireReadCommitted(ctx context.Context, tx frontdoor.Tx) error {
 	var level string
-	if err := q.queryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil {
 		return err
 	}
 	if level != "read committed" {
@@ -155,7 +156,7 @@ const defaultIsolationParam = "default_transaction_isolation"
 // exact. The control runs a hand-written lock transaction on the same
 // connections (BEGIN without a level) and must find stale reads.
 func TestIsolationServerDefaultRepeatableRead(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testdb.Context(t)
 	cfg, err := pgx.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
 	cfg.RuntimeParams[defaultIsolationParam] = "repeatable read"
@@ -169,8 +170,8 @@ func TestIsolationServerDefaultRepeatableRead(t *testing.T) {
 
 	// The setting is in force for plain transactions on both handles.
 	var level string
-	require.NoError(t, rawRunner(db, sql.LevelDefault, false)(ctx, 0, func(q txq) error {
-		return q.queryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level)
+	require.NoError(t, plainTxRunner(db, sql.LevelDefault, false)(ctx, 0, func(tx frontdoor.Tx) error {
+		return tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level)
 	}))
 	require.Equal(t, "repeatable read", level)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -181,22 +182,20 @@ func TestIsolationServerDefaultRepeatableRead(t *testing.T) {
 	t.Run("control-hand-written-lock", func(t *testing.T) {
 		check := testdb.DB(t)
 		table := newLedger(t, check)
-		res := runLedger(t, rawRunner(db, sql.LevelDefault, true), testdb.Key(t), table, trapWorkers, trapIters)
+		res := runLedger(t, plainTxRunner(db, sql.LevelDefault, true), testdb.Key(t), table, trapWorkers, trapIters)
 		require.Empty(t, res.errs)
 		s := readLedger(t, check, table)
 		require.Positive(t, s.duplicates(), "the server default must make a hand-written lock read stale data (%v)", s)
 		t.Logf("hand-written lock at server default repeatable read: %v, %d duplicates", s, s.duplicates())
 	})
 
-	instances := map[string]instance{"database-sql": sqlInstance(db), "pgxpool": pgxInstance(pool)}
-	for _, door := range frontDoors {
-		inst := instances[door.name]
-		t.Run(door.name, func(t *testing.T) {
-			require.NoError(t, inst.run(ctx, testdb.Key(t), func(q txq) error { return requireReadCommitted(ctx, q) }))
+	for _, door := range []frontdoor.Door{frontdoor.OnDB(db), frontdoor.OnPool(pool)} {
+		t.Run(door.Label(), func(t *testing.T) {
+			require.NoError(t, door.RunExclusive(ctx, testdb.Key(t), func(tx frontdoor.Tx) error { return requireReadCommitted(ctx, tx) }))
 
 			check := testdb.DB(t)
 			table := newLedger(t, check)
-			res := runLedger(t, inst.run, testdb.Key(t), table, ledgerWorkers, trapIters, pgadvisory.WithWait(30*time.Second))
+			res := runLedger(t, door.RunExclusive, testdb.Key(t), table, ledgerWorkers, trapIters, pgadvisory.WithWait(30*time.Second))
 			require.Empty(t, res.errs)
 			requireExclusive(t, readLedger(t, check, table), res.ok)
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -40,13 +41,13 @@ func newLedger(t *testing.T, db *sql.DB) string {
 }
 
 // ledgerStep is the critical section.
-func ledgerStep(ctx context.Context, q txq, table string) error {
+func ledgerStep(ctx context.Context, tx frontdoor.Tx, table string) error {
 	var last int64
-	if err := q.queryRow(ctx, "SELECT coalesce(max(seq), 0) FROM "+table).Scan(&last); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0) FROM "+table).Scan(&last); err != nil {
 		return err
 	}
 	time.Sleep(ledgerPause)
-	return q.exec(ctx, "INSERT INTO "+table+" (seq) VALUES ($1)", last+1)
+	return tx.Exec(ctx, "INSERT INTO "+table+" (seq) VALUES ($1)", last+1)
 }
 
 // ledgerResult is what a ledger run reports: how many calls succeeded and
@@ -56,11 +57,15 @@ type ledgerResult struct {
 	errs []error
 }
 
+// exclusiveRunner runs fn in a transaction under lock key: a front door's
+// RunExclusive, or a control's plainTxRunner.
+type exclusiveRunner func(ctx context.Context, key int64, fn func(frontdoor.Tx) error, opts ...pgadvisory.Option) error
+
 // runLedger runs workers goroutines of iters ledger steps each through run,
 // all starting at once.
-func runLedger(t *testing.T, run runFunc, key int64, table string, workers, iters int, opts ...pgadvisory.Option) ledgerResult {
+func runLedger(t *testing.T, run exclusiveRunner, key int64, table string, workers, iters int, opts ...pgadvisory.Option) ledgerResult {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testdb.Context(t)
 	var (
 		mu  sync.Mutex
 		res ledgerResult
@@ -73,7 +78,7 @@ func runLedger(t *testing.T, run runFunc, key int64, table string, workers, iter
 			defer wg.Done()
 			<-start
 			for range iters {
-				err := run(ctx, key, func(q txq) error { return ledgerStep(ctx, q, table) }, opts...)
+				err := run(ctx, key, func(tx frontdoor.Tx) error { return ledgerStep(ctx, tx, table) }, opts...)
 				mu.Lock()
 				if err == nil {
 					res.ok++
@@ -120,11 +125,11 @@ func requireExclusive(t *testing.T, s ledgerState, ok int) {
 	}
 }
 
-// rawRunner is a control: fn in a plain database/sql transaction at iso,
+// plainTxRunner is a control: fn in a plain database/sql transaction at iso,
 // optionally behind a hand-written pg_advisory_xact_lock(key) statement.
 // Options are ignored.
-func rawRunner(db *sql.DB, iso sql.IsolationLevel, lock bool) runFunc {
-	return func(ctx context.Context, key int64, fn func(txq) error, _ ...pgadvisory.Option) error {
+func plainTxRunner(db *sql.DB, iso sql.IsolationLevel, lock bool) exclusiveRunner {
+	return func(ctx context.Context, key int64, fn func(frontdoor.Tx) error, _ ...pgadvisory.Option) error {
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: iso})
 		if err != nil {
 			return err
@@ -135,7 +140,7 @@ func rawRunner(db *sql.DB, iso sql.IsolationLevel, lock bool) runFunc {
 				return err
 			}
 		}
-		if err := fn(sqlTxq{tx}); err != nil {
+		if err := fn(frontdoor.SQLTx(tx)); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -145,15 +150,14 @@ func rawRunner(db *sql.DB, iso sql.IsolationLevel, lock bool) runFunc {
 // TestLedgerMutualExclusion runs the ledger through both front doors with
 // WithWait: every call succeeds and the sequence is unique and contiguous.
 func TestLedgerMutualExclusion(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 		check := testdb.DB(t)
 		table := newLedger(t, check)
-		inst := door.open(t, ledgerWorkers+2)
-		res := runLedger(t, inst.run, testdb.Key(t), table, ledgerWorkers, ledgerIters, pgadvisory.WithWait(30*time.Second))
+		res := runLedger(t, door.RunExclusive, testdb.Key(t), table, ledgerWorkers, ledgerIters, pgadvisory.WithWait(30*time.Second))
 		require.Empty(t, res.errs)
 		require.Equal(t, ledgerWorkers*ledgerIters, res.ok)
 		requireExclusive(t, readLedger(t, check, table), res.ok)
-	})
+	}, frontdoor.MaxConns(ledgerWorkers+2))
 }
 
 // TestLedgerControlWithoutLock is the checker's control: the same ledger in
@@ -162,7 +166,7 @@ func TestLedgerControlWithoutLock(t *testing.T) {
 	check := testdb.DB(t)
 	table := newLedger(t, check)
 	db := testdb.DB(t)
-	res := runLedger(t, rawRunner(db, sql.LevelDefault, false), testdb.Key(t), table, ledgerWorkers, ledgerIters)
+	res := runLedger(t, plainTxRunner(db, sql.LevelDefault, false), testdb.Key(t), table, ledgerWorkers, ledgerIters)
 	require.Empty(t, res.errs)
 	s := readLedger(t, check, table)
 	require.EqualValues(t, res.ok, s.rows)

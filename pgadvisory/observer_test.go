@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -62,17 +63,16 @@ func kinds(evs []pgadvisory.Event) []pgadvisory.EventKind {
 // ErrLocked, a timed-out wait Contended with ErrLockTimeout; a failing fn
 // reports Released with fn's error.
 func TestObserverEvents(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		var rec recorder
 
 		t.Run("success", func(t *testing.T) {
-			require.NoError(t, inst.run(ctx, key, func(q txq) error {
+			require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
 				require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventAcquired}, rec.kinds(),
 					"Acquired is reported before fn runs")
-				return q.exec(ctx, "SELECT 1")
+				return tx.Exec(ctx, "SELECT 1")
 			}, rec.option()))
 			evs := rec.take()
 			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventAcquired, pgadvisory.EventReleased}, kinds(evs))
@@ -87,20 +87,20 @@ func TestObserverEvents(t *testing.T) {
 				require.False(t, e.Session)
 			}
 
-			require.NoError(t, inst.run(ctx, key, noop, rec.option(), pgadvisory.WithShared()))
+			require.NoError(t, door.RunExclusive(ctx, key, noop, rec.option(), pgadvisory.WithShared()))
 			for _, e := range rec.take() {
 				require.True(t, e.Shared, "shared calls report Shared")
 			}
 		})
 
 		t.Run("contended", func(t *testing.T) {
-			release := hold(t, inst, key, nil)
-			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop, rec.option()))
+			release := door.Hold(t, key, nil)
+			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop, rec.option()))
 			evs := rec.take()
 			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventContended}, kinds(evs))
 			require.ErrorIs(t, evs[0].Err, pgadvisory.ErrLocked)
 
-			err := inst.run(ctx, key, noop, rec.option(), pgadvisory.WithWait(20*time.Millisecond))
+			err := door.RunExclusive(ctx, key, noop, rec.option(), pgadvisory.WithWait(20*time.Millisecond))
 			require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
 			evs = rec.take()
 			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventContended}, kinds(evs))
@@ -113,7 +113,7 @@ func TestObserverEvents(t *testing.T) {
 			// the call's typed error.
 			canceled, cancel := context.WithCancel(ctx)
 			cancel()
-			err := inst.run(canceled, key, noop, rec.option())
+			err := door.RunExclusive(canceled, key, noop, rec.option())
 			require.ErrorIs(t, err, context.Canceled)
 			evs := rec.take()
 			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventError}, kinds(evs))
@@ -126,7 +126,7 @@ func TestObserverEvents(t *testing.T) {
 
 		t.Run("fn-fails", func(t *testing.T) {
 			boom := errors.New("boom")
-			err := inst.run(ctx, key, func(txq) error { return boom }, rec.option())
+			err := door.RunExclusive(ctx, key, func(frontdoor.Tx) error { return boom }, rec.option())
 			require.ErrorIs(t, err, boom)
 			evs := rec.take()
 			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventAcquired, pgadvisory.EventReleased}, kinds(evs))
@@ -159,9 +159,8 @@ func parseLog(t *testing.T, buf *bytes.Buffer) []logRecord {
 // lock and the event kind, at the documented level. The control logger at
 // Info drops the Debug records (acquired, released) but keeps contention.
 func TestSlogObserver(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		lock := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
 		var buf bytes.Buffer
 		logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -175,7 +174,7 @@ func TestSlogObserver(t *testing.T) {
 			require.Equal(t, json.Number(strconv.FormatInt(lock.ID, 10)), r["lock_id"])
 		}
 
-		require.NoError(t, inst.runLock(ctx, lock, noop, observe))
+		require.NoError(t, door.RunExclusiveLock(ctx, lock, noop, observe))
 		recs := parseLog(t, &buf)
 		require.Len(t, recs, 2)
 		requireRecord(recs[0], pgadvisory.EventAcquired, slog.LevelDebug)
@@ -184,8 +183,8 @@ func TestSlogObserver(t *testing.T) {
 		require.Contains(t, recs[1], "held")
 		require.NotContains(t, recs[1], "error")
 
-		release := hold(t, inst, lock.ID, nil)
-		require.Equal(t, pgadvisory.ErrLocked, inst.runLock(ctx, lock, noop, observe))
+		release := door.Hold(t, lock.ID, nil)
+		require.Equal(t, pgadvisory.ErrLocked, door.RunExclusiveLock(ctx, lock, noop, observe))
 		recs = parseLog(t, &buf)
 		require.Len(t, recs, 1)
 		requireRecord(recs[0], pgadvisory.EventContended, slog.LevelInfo)
@@ -193,7 +192,7 @@ func TestSlogObserver(t *testing.T) {
 		require.NoError(t, release())
 
 		boom := errors.New("boom")
-		require.ErrorIs(t, inst.runLock(ctx, lock, func(txq) error { return boom }, observe), boom)
+		require.ErrorIs(t, door.RunExclusiveLock(ctx, lock, func(frontdoor.Tx) error { return boom }, observe), boom)
 		recs = parseLog(t, &buf)
 		require.Len(t, recs, 2)
 		requireRecord(recs[0], pgadvisory.EventAcquired, slog.LevelDebug)
@@ -202,7 +201,7 @@ func TestSlogObserver(t *testing.T) {
 
 		canceled, cancel := context.WithCancel(ctx)
 		cancel()
-		require.ErrorIs(t, inst.runLock(canceled, lock, noop, observe), context.Canceled)
+		require.ErrorIs(t, door.RunExclusiveLock(canceled, lock, noop, observe), context.Canceled)
 		recs = parseLog(t, &buf)
 		require.Len(t, recs, 1)
 		requireRecord(recs[0], pgadvisory.EventError, slog.LevelError)
@@ -211,10 +210,10 @@ func TestSlogObserver(t *testing.T) {
 		// Control: an Info logger keeps only the contention record.
 		infoLogger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		infoObserve := pgadvisory.WithObserver(pgadvisory.SlogObserver(infoLogger))
-		require.NoError(t, inst.runLock(ctx, lock, noop, infoObserve))
+		require.NoError(t, door.RunExclusiveLock(ctx, lock, noop, infoObserve))
 		require.Empty(t, parseLog(t, &buf))
-		release = hold(t, inst, lock.ID, nil)
-		require.Equal(t, pgadvisory.ErrLocked, inst.runLock(ctx, lock, noop, infoObserve))
+		release = door.Hold(t, lock.ID, nil)
+		require.Equal(t, pgadvisory.ErrLocked, door.RunExclusiveLock(ctx, lock, noop, infoObserve))
 		recs = parseLog(t, &buf)
 		require.Len(t, recs, 1)
 		require.True(t, strings.HasSuffix(recs[0]["msg"].(string), "contended"))

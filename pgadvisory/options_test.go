@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -33,35 +34,34 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted = $2
 }
 
 // noop is an fn that does nothing.
-func noop(txq) error { return nil }
+func noop(frontdoor.Tx) error { return nil }
 
 // TestOptionShared: shared holders coexist; an exclusive request is refused
 // while a shared lock is held, and a shared one while an exclusive is held.
 func TestOptionShared(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		shared := pgadvisory.WithShared()
 
-		require.NoError(t, inst.run(ctx, key, func(txq) error {
+		require.NoError(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
 			inner := false
-			require.NoError(t, inst.run(ctx, key, func(txq) error { inner = true; return nil }, shared),
+			require.NoError(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error { inner = true; return nil }, shared),
 				"a second shared holder is admitted")
 			require.True(t, inner)
-			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop), "exclusive while shared is held")
+			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop), "exclusive while shared is held")
 			return nil
 		}, shared))
 
-		require.NoError(t, inst.run(ctx, key, func(txq) error {
-			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop, shared), "shared while exclusive is held")
-			require.Equal(t, pgadvisory.ErrLocked, inst.run(ctx, key, noop), "exclusive while exclusive is held")
+		require.NoError(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
+			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop, shared), "shared while exclusive is held")
+			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop), "exclusive while exclusive is held")
 			return nil
 		}))
 
 		// Control: with nothing held both modes are granted.
-		require.NoError(t, inst.run(ctx, key, noop))
-		require.NoError(t, inst.run(ctx, key, noop, shared))
+		require.NoError(t, door.RunExclusive(ctx, key, noop))
+		require.NoError(t, door.RunExclusive(ctx, key, noop, shared))
 	})
 }
 
@@ -70,17 +70,16 @@ func TestOptionShared(t *testing.T) {
 // ROLLBACK is done, holds none of the others. Whichever position the busy
 // key takes in the ascending order, locks granted before it are not kept.
 func TestOptionLocksAllOrNothing(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		check := testdb.DB(t)
 		keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)} // ascending
 		for busy := range keys {
-			release := hold(t, inst, keys[busy], nil)
+			release := door.Hold(t, keys[busy], nil)
 			require.Equal(t, 1, advisoryLocks(t, check, true, keys[busy]), "checker sees the held lock")
 
 			called := false
-			err := inst.run(ctx, keys[0], func(txq) error { called = true; return nil }, pgadvisory.WithLocks(keys[1:]...))
+			err := door.RunExclusive(ctx, keys[0], func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithLocks(keys[1:]...))
 			require.Equal(t, pgadvisory.ErrLocked, err, "busy key #%d", busy)
 			require.False(t, called)
 
@@ -97,7 +96,7 @@ func TestOptionLocksAllOrNothing(t *testing.T) {
 		}
 
 		// With nothing held, the whole set is granted together.
-		require.NoError(t, inst.run(ctx, keys[2], func(txq) error {
+		require.NoError(t, door.RunExclusive(ctx, keys[2], func(frontdoor.Tx) error {
 			require.Equal(t, 3, advisoryLocks(t, check, true, keys...))
 			return nil
 		}, pgadvisory.WithLocks(keys[1], keys[0])))
@@ -109,15 +108,14 @@ func TestOptionLocksAllOrNothing(t *testing.T) {
 // TestOptionLocksDuplicates: repeated IDs are taken once; the call's lock set
 // (as observers and errors report it) is sorted and free of duplicates.
 func TestOptionLocksDuplicates(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		check := testdb.DB(t)
 		a, b := testdb.Key(t), testdb.Key(t)
 		var events []pgadvisory.Event
 		observe := pgadvisory.WithObserver(func(e pgadvisory.Event) { events = append(events, e) })
 
-		require.NoError(t, inst.run(ctx, b, func(txq) error {
+		require.NoError(t, door.RunExclusive(ctx, b, func(frontdoor.Tx) error {
 			require.Equal(t, 2, advisoryLocks(t, check, true, a, b))
 			return nil
 		}, pgadvisory.WithLocks(a, b, a, b, b), observe))
@@ -126,8 +124,8 @@ func TestOptionLocksDuplicates(t *testing.T) {
 			require.Equal(t, []int64{a, b}, e.LockIDs)
 		}
 
-		release := hold(t, inst, a, nil)
-		err := inst.run(ctx, b, noop, pgadvisory.WithLocks(b, a, a), pgadvisory.WithWait(20*time.Millisecond))
+		release := door.Hold(t, a, nil)
+		err := door.RunExclusive(ctx, b, noop, pgadvisory.WithLocks(b, a, a), pgadvisory.WithWait(20*time.Millisecond))
 		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
@@ -139,21 +137,20 @@ func TestOptionLocksDuplicates(t *testing.T) {
 // TestOptionWaitZero: WithWait(0) waits (no time limit) until the holder
 // commits, and then sees the holder's committed write.
 func TestOptionWaitZero(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		check := testdb.DB(t)
 		table := newLedger(t, check)
 		key := testdb.Key(t)
 
-		release := hold(t, inst, key, func(q txq) error {
-			return q.exec(ctx, "INSERT INTO "+table+" (seq) VALUES (1)")
+		release := door.Hold(t, key, func(tx frontdoor.Tx) error {
+			return tx.Exec(ctx, "INSERT INTO "+table+" (seq) VALUES (1)")
 		})
 		done := make(chan error, 1)
 		var seen int
 		go func() {
-			done <- inst.run(ctx, key, func(q txq) error {
-				return q.queryRow(ctx, "SELECT count(*) FROM "+table).Scan(&seen)
+			done <- door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+				return tx.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&seen)
 			}, pgadvisory.WithWait(0))
 		}()
 		require.Eventually(t, func() bool { return advisoryLocks(t, check, false, key) == 1 },
@@ -174,15 +171,14 @@ func TestOptionWaitZero(t *testing.T) {
 // error; fn is not called; the holder is unaffected; and lock_timeout does
 // not leak to the pooled connection (the instance has a single one).
 func TestOptionWaitTimeout(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		holder := door.open(t, 0)
-		waiter := door.open(t, 1)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
+		waiter := frontdoor.Open(t, door.Driver, frontdoor.MaxConns(1))
 		key := testdb.Key(t)
-		release := hold(t, holder, key, nil)
+		release := door.Hold(t, key, nil)
 
 		called := false
-		err := waiter.run(ctx, key, func(txq) error { called = true; return nil }, pgadvisory.WithWait(30*time.Millisecond))
+		err := waiter.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithWait(30*time.Millisecond))
 		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
 		require.False(t, called, "fn must not run after a timeout")
 		var pe *pgadvisory.Error
@@ -198,8 +194,8 @@ func TestOptionWaitTimeout(t *testing.T) {
 
 		// The same (only) connection: no lock_timeout left behind.
 		var setting string
-		require.NoError(t, waiter.run(ctx, key, func(q txq) error {
-			return q.queryRow(ctx, "SHOW lock_timeout").Scan(&setting)
+		require.NoError(t, waiter.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+			return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&setting)
 		}))
 		require.Equal(t, "0", setting)
 	})
@@ -208,20 +204,19 @@ func TestOptionWaitTimeout(t *testing.T) {
 // TestOptionReadOnly: read-only transaction options reach the server; a write
 // inside fn fails with 25006. The control without the option writes.
 func TestOptionReadOnly(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		check := testdb.DB(t)
 		table := newLedger(t, check)
 		key := testdb.Key(t)
-		insert := func(q txq) error { return q.exec(ctx, "INSERT INTO "+table+" (seq) VALUES (1)") }
+		insert := func(tx frontdoor.Tx) error { return tx.Exec(ctx, "INSERT INTO "+table+" (seq) VALUES (1)") }
 
 		readOnly := []pgadvisory.Option{
 			pgadvisory.WithTxOptions(sql.TxOptions{ReadOnly: true}),
 			pgadvisory.WithPgxTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly}),
 		}
 		for _, opt := range readOnly {
-			err := inst.run(ctx, key, insert, opt)
+			err := door.RunExclusive(ctx, key, insert, opt)
 			require.Error(t, err)
 			require.Equal(t, "25006", pgadvisory.SQLState(err), "%v", err)
 			var pgErr *pgconn.PgError
@@ -229,7 +224,7 @@ func TestOptionReadOnly(t *testing.T) {
 		}
 		require.Zero(t, readLedger(t, check, table).rows)
 
-		require.NoError(t, inst.run(ctx, key, insert, pgadvisory.WithTxOptions(sql.TxOptions{})))
+		require.NoError(t, door.RunExclusive(ctx, key, insert, pgadvisory.WithTxOptions(sql.TxOptions{})))
 		require.EqualValues(t, 1, readLedger(t, check, table).rows)
 	})
 }
@@ -238,7 +233,7 @@ func TestOptionReadOnly(t *testing.T) {
 // ErrInvalidArgument from every entry point, never a panic, and never call
 // fn.
 func TestOptionInvalidArguments(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testdb.Context(t)
 	db := testdb.DB(t)
 	pool := testdb.Pool(t)
 	key := testdb.Key(t)
@@ -299,13 +294,12 @@ func TestOptionInvalidArguments(t *testing.T) {
 // Lock.RunExclusivePgx carry the lock's declared name in *Error.Name and in
 // the message.
 func TestLockNameInErrors(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		lock := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
-		release := hold(t, inst, lock.ID, nil)
+		release := door.Hold(t, lock.ID, nil)
 
-		err := inst.runLock(ctx, lock, noop, pgadvisory.WithWait(20*time.Millisecond))
+		err := door.RunExclusiveLock(ctx, lock, noop, pgadvisory.WithWait(20*time.Millisecond))
 		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
@@ -314,22 +308,21 @@ func TestLockNameInErrors(t *testing.T) {
 		require.Contains(t, err.Error(), strconv.FormatInt(lock.ID, 10))
 
 		// Control: the same call by ID alone carries no name.
-		err = inst.run(ctx, lock.ID, noop, pgadvisory.WithWait(20*time.Millisecond))
+		err = door.RunExclusive(ctx, lock.ID, noop, pgadvisory.WithWait(20*time.Millisecond))
 		require.ErrorAs(t, err, &pe)
 		require.Empty(t, pe.Name)
 		require.False(t, strings.Contains(err.Error(), lock.Name))
 
 		require.NoError(t, release())
-		require.NoError(t, inst.runLock(ctx, lock, noop))
+		require.NoError(t, door.RunExclusiveLock(ctx, lock, noop))
 	})
 }
 
 // TestOptionLocksDeadlockFree: two groups wait for the same two locks named
 // in opposite orders. WithLocks sorts the set, so no call ever deadlocks.
 func TestOptionLocksDeadlockFree(t *testing.T) {
-	forEachFrontDoor(t, func(t *testing.T, door frontDoor) {
-		ctx := testCtx(t)
-		inst := door.open(t, 0)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
 		a, b := testdb.Key(t), testdb.Key(t)
 		const perGroup, iters = 2, 12
 		var (
@@ -348,7 +341,7 @@ func TestOptionLocksDeadlockFree(t *testing.T) {
 				defer wg.Done()
 				<-start
 				for range iters {
-					err := inst.run(ctx, first, func(txq) error { time.Sleep(time.Millisecond); return nil },
+					err := door.RunExclusive(ctx, first, func(frontdoor.Tx) error { time.Sleep(time.Millisecond); return nil },
 						pgadvisory.WithLocks(second), pgadvisory.WithWait(30*time.Second))
 					if err != nil {
 						mu.Lock()
@@ -371,7 +364,7 @@ func TestOptionLocksDeadlockFree(t *testing.T) {
 // two locks in opposite orders do deadlock (40P01), which is what the sorted
 // order above prevents. One attempt: detection takes deadlock_timeout (1s).
 func TestOptionLocksDeadlockControl(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testdb.Context(t)
 	db := testdb.DB(t)
 	a, b := testdb.Key(t), testdb.Key(t)
 	var firstTaken, wg sync.WaitGroup

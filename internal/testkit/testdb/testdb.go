@@ -282,3 +282,12 @@ func redact(s string) string {
 	}
 	return u.String()
 }
+
+// Context returns a context for t's calls: canceled when t ends, and
+// bounded well above anything a test waits for (two minutes), so that a
+// hang fails the test instead of blocking the test binary.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
