@@ -12,6 +12,9 @@
 //		return faultproxy.Forward
 //	})
 //
+// [ToTestDB] starts one in front of the package database's server, and
+// [Proxy.Route] points a pgx configuration at it.
+//
 // The proxy is closed, every connection cut and every goroutine it started
 // ended, when the test ends.
 package faultproxy

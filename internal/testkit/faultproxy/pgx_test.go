@@ -2,8 +2,6 @@ package faultproxy_test
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,12 +22,8 @@ func proxiedConfig(t *testing.T) (*pgx.ConnConfig, *faultproxy.Proxy) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
-	px := faultproxy.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	host, port, err := net.SplitHostPort(px.Addr())
-	require.NoError(t, err)
-	p, err := strconv.ParseUint(port, 10, 16)
-	require.NoError(t, err)
-	cfg.Host, cfg.Port, cfg.TLSConfig, cfg.Fallbacks = host, uint16(p), nil, nil
+	px := faultproxy.ToTestDB(t)
+	px.Route(cfg)
 	return cfg, px
 }
 
