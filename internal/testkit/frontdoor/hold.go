@@ -47,3 +47,16 @@ func (d Door) Hold(t testing.TB, lockID int64, work func(Tx) error, opts ...pgad
 	t.Cleanup(func() { _ = release() })
 	return release
 }
+
+// Await waits for the result of a call run in the background (what names
+// it in the failure) and fails t if none comes within 90s.
+func Await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(90 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
