@@ -13,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -35,24 +37,18 @@ import (
 // driver error in both cases, although one did not commit and the other did,
 // so a caller reading "error, so nothing happened" is wrong in the second.
 //
-// Helpers carry the kc prefix; front doors and observers come from
-// failures_test.go (fm).
+// The witness and requireNoLeak/requireUsable are shared with
+// failures_test.go.
 
-// kcSleepInCommit bounds how long the deferred trigger sleeps inside COMMIT.
+// sleepInCommitSeconds bounds how long the deferred trigger sleeps inside COMMIT.
 // The test kills the backend as soon as it is seen sleeping, so this is not
 // a timing assumption: it only has to outlast a slow observer.
-const kcSleepInCommit = "30"
+const sleepInCommitSeconds = "30"
 
-// kcRun is one call under test: a front door or the design source.
-type kcRun func(ctx context.Context, key int64, fn func(fmTx) error) error
-
-func kcDoorRun(door fmDoor) kcRun {
-	return func(ctx context.Context, key int64, fn func(fmTx) error) error { return door.run(ctx, key, fn) }
-}
-
-// kcDesignSourceRun is the design source's RunExclusive on a database/sql
+// designSourceRunner is the design source's RunExclusive on a database/sql
 // pool of its own; adjust (may be nil) edits the connection configuration.
-func kcDesignSourceRun(t *testing.T, adjust func(*pgx.ConnConfig)) kcRun {
+// It ignores options.
+func designSourceRunner(t *testing.T, adjust func(*pgx.ConnConfig)) exclusiveRunner {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
@@ -61,25 +57,25 @@ func kcDesignSourceRun(t *testing.T, adjust func(*pgx.ConnConfig)) kcRun {
 	}
 	db := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { _ = db.Close() })
-	return func(ctx context.Context, key int64, fn func(fmTx) error) error {
-		return pglock.RunExclusive(ctx, db, key, func(tx *sql.Tx) error { return fn(fmSQLTx{tx}) })
+	return func(ctx context.Context, key int64, fn func(frontdoor.Tx) error, _ ...pgadvisory.Option) error {
+		return pglock.RunExclusive(ctx, db, key, func(tx *sql.Tx) error { return fn(frontdoor.SQLTx(tx)) })
 	}
 }
 
-// kcKillDuringCommit runs one call through run whose fn inserts label into
-// e's table. When the call's backend is seen executing COMMIT while waiting
+// killDuringCommit runs one call through run whose fn marks label with the
+// witness. When the call's backend is seen executing COMMIT while waiting
 // on waitEvent, the observer terminates it. It returns the call's error.
-func kcKillDuringCommit(t *testing.T, ctx context.Context, e *fmEnv, run kcRun, key int64, label, waitEvent string) error {
+func killDuringCommit(t *testing.T, ctx context.Context, w *witness.Witness, run exclusiveRunner, key int64, label, waitEvent string) error {
 	t.Helper()
 	pids := make(chan int64, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, key, func(tx fmTx) error {
-			pid, err := tx.queryInt(ctx, "SELECT pg_backend_pid()")
+		done <- run(ctx, key, func(tx frontdoor.Tx) error {
+			pid, err := tx.QueryInt(ctx, "SELECT pg_backend_pid()")
 			if err != nil {
 				return err
 			}
-			if err := e.mark(ctx, tx, label); err != nil {
+			if err := w.Mark(ctx, tx, label); err != nil {
 				return err
 			}
 			pids <- pid
@@ -102,7 +98,7 @@ func kcKillDuringCommit(t *testing.T, ctx context.Context, e *fmEnv, run kcRun, 
 	defer tick.Stop()
 	for {
 		var n int
-		require.NoError(t, e.obs.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+		require.NoError(t, w.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
 			WHERE pid = $1 AND state = 'active' AND lower(query) = 'commit' AND wait_event = $2`,
 			pid, waitEvent).Scan(&n))
 		if n == 1 {
@@ -116,13 +112,13 @@ func kcKillDuringCommit(t *testing.T, ctx context.Context, e *fmEnv, run kcRun, 
 		case <-tick.C:
 		}
 	}
-	require.False(t, e.lockFree(t, key), "control: the probe sees the lock held while COMMIT runs")
+	require.False(t, w.LockFree(t, key), "control: the probe sees the lock held while COMMIT runs")
 
 	var killed bool
 	// With a timeout, pg_terminate_backend waits until the backend is gone.
-	require.NoError(t, e.obs.QueryRowContext(ctx, "SELECT pg_terminate_backend($1, 30000)", pid).Scan(&killed))
+	require.NoError(t, w.DB.QueryRowContext(ctx, "SELECT pg_terminate_backend($1, 30000)", pid).Scan(&killed))
 	require.True(t, killed)
-	require.False(t, e.backendAlive(t, pid))
+	require.False(t, w.BackendAlive(t, pid))
 
 	select {
 	case err := <-done:
@@ -133,9 +129,9 @@ func kcKillDuringCommit(t *testing.T, ctx context.Context, e *fmEnv, run kcRun, 
 	}
 }
 
-// kcRequireControl checks a design-source call killed during COMMIT: a bare
+// requireDesignSourceBareError checks a design-source call killed during COMMIT: a bare
 // driver error, which says nothing about the outcome, whatever the row says.
-func kcRequireControl(t *testing.T, err error) {
+func requireDesignSourceBareError(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
 	require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
@@ -152,62 +148,60 @@ func kcRequireControl(t *testing.T, err error) {
 // the session ended on: a session lost during COMMIT is ErrCommitUnknown.
 // Nothing is committed, the lock is free and the pool goes on working.
 func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
-	setup := func(t *testing.T) *fmEnv {
-		e := fmNewEnv(t)
+	setup := func(t *testing.T) *witness.Witness {
+		w := witness.New(t)
 		fn := pgx.Identifier{testdb.Schema(t), "sleep_in_commit"}.Sanitize()
 		// A deferred constraint trigger runs at COMMIT, before the commit
 		// record. Only rows labelled in-commit* sleep, so the usability check
 		// commits at once.
-		_, err := e.obs.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN PERFORM pg_sleep(` + kcSleepInCommit + `); RETURN NULL; END $$`)
+		_, err := w.DB.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_sleep(` + sleepInCommitSeconds + `); RETURN NULL; END $$`)
 		require.NoError(t, err)
-		_, err = e.obs.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + e.table + `
+		_, err = w.DB.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + w.Table + `
 			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.label LIKE 'in-commit%')
 			EXECUTE FUNCTION ` + fn + `()`)
 		require.NoError(t, err)
-		return e
+		return w
 	}
-	for _, name := range fmDoorNames {
-		t.Run(name, func(t *testing.T) {
-			ctx := fmContext(t)
-			e := setup(t)
-			door := fmOpen(t, name, nil)
-			key := testdb.Key(t)
-			err := kcKillDuringCommit(t, ctx, e, kcDoorRun(door), key, "in-commit", "PgSleep")
-			fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
-			require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
-			require.False(t, e.committed(t, "in-commit"), "killed before the commit record: rolled back")
-			require.True(t, e.lockFree(t, key))
-			fmRequireNoLeak(t, door)
-			fmRequireUsable(t, e, door, key, "next-call")
-		})
-	}
-	t.Run("control-design-source", func(t *testing.T) {
-		ctx := fmContext(t)
-		e := setup(t)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := setup(t)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
 		key := testdb.Key(t)
-		err := kcKillDuringCommit(t, ctx, e, kcDesignSourceRun(t, nil), key, "in-commit", "PgSleep")
-		kcRequireControl(t, err)
+		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-commit", "PgSleep")
+		fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
+		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+		require.False(t, w.Committed(t, "in-commit"), "killed before the commit record: rolled back")
+		require.True(t, w.LockFree(t, key))
+		requireNoLeak(t, door)
+		requireUsable(t, w, door, key, "next-call")
+	})
+	t.Run("control-design-source", func(t *testing.T) {
+		ctx := testdb.Context(t)
+		w := setup(t)
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, designSourceRunner(t, nil), key, "in-commit", "PgSleep")
+		requireDesignSourceBareError(t, err)
 		// Here "error, so not committed" happens to be right; the same bare
 		// error comes back after the commit record (AfterRecord's control).
-		require.False(t, e.committed(t, "in-commit"))
-		require.True(t, e.lockFree(t, key))
+		require.False(t, w.Committed(t, "in-commit"))
+		require.True(t, w.LockFree(t, key))
 	})
 }
 
-// kcSyncRepCluster is a throwaway cluster whose synchronous standby never
+// syncRepCluster is a throwaway cluster whose synchronous standby never
 // connects: a session with synchronous_commit = on waits in SyncRep after
 // every COMMIT that wrote WAL, committed locally but never acknowledged. The
 // cluster's default stays synchronous_commit = off (pgcluster's), so
 // observers, setup and cleanup never wait; the calls under test opt in.
-func kcSyncRepCluster(t *testing.T) *pgcluster.Cluster {
+func syncRepCluster(t *testing.T) *pgcluster.Cluster {
 	t.Helper()
 	return pgcluster.Shared(t, "pgadvisory-syncrep",
 		pgcluster.WithSetting("synchronous_standby_names", "nobody"))
 }
 
-// kcOnCluster points a configuration at c with synchronous_commit = on.
-func kcOnCluster(t *testing.T, c *pgcluster.Cluster) func(*pgx.ConnConfig) {
+// onSyncRepCluster points a configuration at c with synchronous_commit = on.
+func onSyncRepCluster(t *testing.T, c *pgcluster.Cluster) func(*pgx.ConnConfig) {
 	t.Helper()
 	cc, err := pgx.ParseConfig(c.URL())
 	require.NoError(t, err)
@@ -218,17 +212,17 @@ func kcOnCluster(t *testing.T, c *pgcluster.Cluster) func(*pgx.ConnConfig) {
 	}
 }
 
-// kcClusterEnv is fmEnv on c: an observer with synchronous_commit = off and
-// a marks table of the test's own, dropped at the end (the cluster is
-// shared by the test binary).
-func kcClusterEnv(t *testing.T, c *pgcluster.Cluster) *fmEnv {
+// witnessOnCluster is a witness on c: synchronous_commit = off, and a marks
+// table of the test's own, dropped at the end (the cluster is shared by the
+// test binary).
+func witnessOnCluster(t *testing.T, c *pgcluster.Cluster) *witness.Witness {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(c.URL())
 	require.NoError(t, err)
 	cfg.RuntimeParams["synchronous_commit"] = "off"
 	obs := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { _ = obs.Close() })
-	table := pgx.Identifier{fmt.Sprintf("kc_marks_%x", testdb.Key(t))}.Sanitize()
+	table := pgx.Identifier{fmt.Sprintf("syncrep_marks_%x", testdb.Key(t))}.Sanitize()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err = obs.ExecContext(ctx, "CREATE TABLE "+table+" (label text PRIMARY KEY)")
@@ -242,23 +236,23 @@ func kcClusterEnv(t *testing.T, c *pgcluster.Cluster) *fmEnv {
 			WHERE relation = $1::regclass AND pid <> pg_backend_pid()`, table)
 		_, _ = obs.ExecContext(ctx, "DROP TABLE IF EXISTS "+table)
 	})
-	return &fmEnv{obs: obs, table: table}
+	return &witness.Witness{DB: obs, Table: table}
 }
 
-// kcRequireUsableLocal shows the door still works on the SyncRep cluster: a
+// requireUsableLocalCommit shows the door still works on the SyncRep cluster: a
 // call that writes commits. Its transaction commits with synchronous_commit
 // = local, since a durable commit there would wait forever by design.
-func kcRequireUsableLocal(t *testing.T, e *fmEnv, door fmDoor, key int64, label string) {
+func requireUsableLocalCommit(t *testing.T, w *witness.Witness, door frontdoor.Door, key int64, label string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, door.run(ctx, key, func(tx fmTx) error {
-		if err := tx.exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
+	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+		if err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
 			return err
 		}
-		return e.mark(ctx, tx, label)
+		return w.Mark(ctx, tx, label)
 	}))
-	require.True(t, e.committed(t, label), "control: a committed mark is seen")
+	require.True(t, w.Committed(t, label), "control: a committed mark is seen")
 }
 
 // TestFaultKillDuringCommitAfterRecord: the backend is killed while COMMIT
@@ -269,34 +263,32 @@ func kcRequireUsableLocal(t *testing.T, e *fmEnv, door fmDoor, key int64, label 
 // library claims neither outcome. The lock is free and the pool goes on
 // working.
 func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
-	c := kcSyncRepCluster(t)
-	for _, name := range fmDoorNames {
-		t.Run(name, func(t *testing.T) {
-			ctx := fmContext(t)
-			e := kcClusterEnv(t, c)
-			door := fmOpen(t, name, kcOnCluster(t, c))
-			key := testdb.Key(t)
-			err := kcKillDuringCommit(t, ctx, e, kcDoorRun(door), key, "in-syncrep", "SyncRep")
-			fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
-			require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
-			require.Eventually(t, func() bool { return e.committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
-				"killed after the commit record: committed locally")
-			require.Eventually(t, func() bool { return e.lockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-			fmRequireNoLeak(t, door)
-			kcRequireUsableLocal(t, e, door, key, "next-call")
-		})
-	}
-	t.Run("control-design-source", func(t *testing.T) {
-		ctx := fmContext(t)
-		e := kcClusterEnv(t, c)
+	c := syncRepCluster(t)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := witnessOnCluster(t, c)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(onSyncRepCluster(t, c)))
 		key := testdb.Key(t)
-		err := kcKillDuringCommit(t, ctx, e, kcDesignSourceRun(t, kcOnCluster(t, c)), key, "in-syncrep", "SyncRep")
-		kcRequireControl(t, err)
+		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-syncrep", "SyncRep")
+		fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
+		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
+			"killed after the commit record: committed locally")
+		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+		requireNoLeak(t, door)
+		requireUsableLocalCommit(t, w, door, key, "next-call")
+	})
+	t.Run("control-design-source", func(t *testing.T) {
+		ctx := testdb.Context(t)
+		w := witnessOnCluster(t, c)
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, designSourceRunner(t, onSyncRepCluster(t, c)), key, "in-syncrep", "SyncRep")
+		requireDesignSourceBareError(t, err)
 		// The trap: a bare error from COMMIT, yet the row is committed. A
 		// caller that treats the error as "nothing happened" and redoes the
 		// work does it twice.
-		require.Eventually(t, func() bool { return e.committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
 			"the design source failed, yet its work committed")
-		require.Eventually(t, func() bool { return e.lockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
 	})
 }

@@ -14,20 +14,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/faultproxy"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // Fault-injection tests (research reliability.md §4.4 items 2 and 11): the
 // ledger under a nemesis that kills the lock holder's backend and cuts
 // clients while COMMIT is in flight; a session lock whose link goes silent;
-// how long the server keeps a half-open holder's lock. Helpers carry the
-// ft prefix; the front doors and observers come from failures_test.go (fm).
+// how long the server keeps a half-open holder's lock. The witness and
+// requireNoLeak/requireUsableAfterKills are shared with failures_test.go.
 
 const (
 	ftWorkers = 8
@@ -97,18 +98,18 @@ func ftNewLedger(t *testing.T, db *sql.DB) string {
 }
 
 // ftStep is the critical section: read max(seq), pause, insert max+1.
-func ftStep(ctx context.Context, tx fmTx, table, call string) error {
-	last, err := tx.queryInt(ctx, "SELECT coalesce(max(seq), 0) FROM "+table)
+func ftStep(ctx context.Context, tx frontdoor.Tx, table, call string) error {
+	last, err := tx.QueryInt(ctx, "SELECT coalesce(max(seq), 0) FROM "+table)
 	if err != nil {
 		return err
 	}
 	time.Sleep(ftPause)
-	return tx.exec(ctx, "INSERT INTO "+table+" (seq, call) VALUES ($1, $2)", last+1, call)
+	return tx.Exec(ctx, "INSERT INTO "+table+" (seq, call) VALUES ($1, $2)", last+1, call)
 }
 
 // ftRun runs ftWorkers × ftIters calls of ftStep through run, all starting
 // at once, and tallies the outcomes.
-func ftRun(ctx context.Context, run func(ctx context.Context, fn func(fmTx) error) error, table string) *ftTally {
+func ftRun(ctx context.Context, run func(ctx context.Context, fn func(frontdoor.Tx) error) error, table string) *ftTally {
 	ta := &ftTally{}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -119,12 +120,12 @@ func ftRun(ctx context.Context, run func(ctx context.Context, fn func(fmTx) erro
 			<-start
 			for i := range ftIters {
 				call := fmt.Sprintf("w%d-i%d", w, i)
-				err := run(ctx, func(tx fmTx) error { return ftStep(ctx, tx, table, call) })
+				err := run(ctx, func(tx frontdoor.Tx) error { return ftStep(ctx, tx, table, call) })
 				// The server may be full of other tests' connections
 				// (SQLSTATE 53300 at connect): nothing ran, so retry, bounded.
 				for try := 0; ftTooManyClients(err) && try < 200 && ctx.Err() == nil; try++ {
 					time.Sleep(25 * time.Millisecond)
-					err = run(ctx, func(tx fmTx) error { return ftStep(ctx, tx, table, call) })
+					err = run(ctx, func(tx frontdoor.Tx) error { return ftStep(ctx, tx, table, call) })
 				}
 				ta.record(call, err)
 			}
@@ -217,65 +218,61 @@ func ftNemesis(obs *sql.DB, key int64, app string, stop <-chan struct{}) (kills 
 // #ok and #ok+#unknown rows, every ok call's row and no row of a definitely
 // failed call. Afterwards no lock and no connection is left behind.
 func TestFaultKillLedger(t *testing.T) {
-	for _, name := range fmDoorNames {
-		t.Run(name, func(t *testing.T) {
-			ctx := fmContext(t)
-			e := fmNewEnv(t)
-			table := ftNewLedger(t, e.obs)
-			key := testdb.Key(t)
-			app := "ftkill-" + testdb.Schema(t)
-			proxied, px := fmViaProxy(t)
-			var commits, cuts atomic.Int64
-			px.OnClientWrite(func(p []byte) faultproxy.Action {
-				if faultproxy.HasQuery(p, "commit") && commits.Add(1)%ftCutEvery == 0 {
-					cuts.Add(1)
-					return faultproxy.ForwardThenCutClient
-				}
-				return faultproxy.Forward
-			})
-			door := fmOpen(t, name, func(c *pgx.ConnConfig) {
-				proxied(c)
-				c.RuntimeParams["application_name"] = app
-			})
-
-			stop := make(chan struct{})
-			killed := make(chan int, 1)
-			go func() { killed <- ftNemesis(e.obs, key, app, stop) }()
-			ta := ftRun(ctx, func(ctx context.Context, fn func(fmTx) error) error {
-				return door.run(ctx, key, fn, pgadvisory.WithWait(30*time.Second))
-			}, table)
-			close(stop)
-			kills := <-killed
-			px.OnClientWrite(nil)
-
-			// Unknown outcomes beyond the proxy's cuts are nemesis kills that
-			// hit a COMMIT in flight.
-			t.Logf("%s: %v; nemesis kills=%d, commits cut by the proxy=%d of %d", name, ta, kills, cuts.Load(), commits.Load())
-			for _, err := range ta.others {
-				t.Logf("other error: %v", err)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := witness.New(t)
+		table := ftNewLedger(t, w.DB)
+		key := testdb.Key(t)
+		app := "ftkill-" + testdb.Schema(t)
+		px := faultproxy.ToTestDB(t)
+		var commits, cuts atomic.Int64
+		px.OnClientWrite(func(p []byte) faultproxy.Action {
+			if faultproxy.HasQuery(p, "commit") && commits.Add(1)%ftCutEvery == 0 {
+				cuts.Add(1)
+				return faultproxy.ForwardThenCutClient
 			}
-			require.Empty(t, ftViolations(t, e.obs, table, ta))
-			require.Positive(t, kills, "the nemesis killed at least one holder")
-			require.Positive(t, ta.counts[ftUnknown], "at least one ErrCommitUnknown surfaced")
-			require.Positive(t, ta.counts[ftOK], "some calls succeeded")
-			require.Eventually(t, func() bool { return e.lockEntries(t, key, true)+e.lockEntries(t, key, false) == 0 },
-				30*time.Second, 10*time.Millisecond, "no lock left behind")
-			fmRequireNoLeak(t, door)
-			fmRequireUsableAfterKills(t, e, door, key, fmMaxConns, "after-nemesis")
+			return faultproxy.Forward
 		})
-	}
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(px.Route),
+			frontdoor.Settings(map[string]string{"application_name": app}))
+
+		stop := make(chan struct{})
+		killed := make(chan int, 1)
+		go func() { killed <- ftNemesis(w.DB, key, app, stop) }()
+		ta := ftRun(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
+			return door.RunExclusive(ctx, key, fn, pgadvisory.WithWait(30*time.Second))
+		}, table)
+		close(stop)
+		kills := <-killed
+		px.OnClientWrite(nil)
+
+		// Unknown outcomes beyond the proxy's cuts are nemesis kills that
+		// hit a COMMIT in flight.
+		t.Logf("%s: %v; nemesis kills=%d, commits cut by the proxy=%d of %d", drv, ta, kills, cuts.Load(), commits.Load())
+		for _, err := range ta.others {
+			t.Logf("other error: %v", err)
+		}
+		require.Empty(t, ftViolations(t, w.DB, table, ta))
+		require.Positive(t, kills, "the nemesis killed at least one holder")
+		require.Positive(t, ta.counts[ftUnknown], "at least one ErrCommitUnknown surfaced")
+		require.Positive(t, ta.counts[ftOK], "some calls succeeded")
+		require.Eventually(t, func() bool { return w.Locks(t, true, key)+w.Locks(t, false, key) == 0 },
+			30*time.Second, 10*time.Millisecond, "no lock left behind")
+		requireNoLeak(t, door)
+		requireUsableAfterKills(t, w, door, key, failurePoolSize, "after-nemesis")
+	})
 }
 
 // TestFaultKillLedgerControl: the same workload (proxy cutting every
 // ftCutEvery-th COMMIT, nemesis running) in plain transactions without the
 // lock; the checker must report duplicates. The nemesis finds no holder.
 func TestFaultKillLedgerControl(t *testing.T) {
-	ctx := fmContext(t)
+	ctx := testdb.Context(t)
 	obs := testdb.DB(t)
 	table := ftNewLedger(t, obs)
 	key := testdb.Key(t)
 	app := "ftctl-" + testdb.Schema(t)
-	proxied, px := fmViaProxy(t)
+	px := faultproxy.ToTestDB(t)
 	var commits atomic.Int64
 	px.OnClientWrite(func(p []byte) faultproxy.Action {
 		if faultproxy.HasQuery(p, "commit") && commits.Add(1)%ftCutEvery == 0 {
@@ -285,7 +282,7 @@ func TestFaultKillLedgerControl(t *testing.T) {
 	})
 	cfg, err := pgx.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
-	proxied(cfg)
+	px.Route(cfg)
 	cfg.RuntimeParams["application_name"] = app
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(ftWorkers)
@@ -294,13 +291,13 @@ func TestFaultKillLedgerControl(t *testing.T) {
 	stop := make(chan struct{})
 	killed := make(chan int, 1)
 	go func() { killed <- ftNemesis(obs, key, app, stop) }()
-	ta := ftRun(ctx, func(ctx context.Context, fn func(fmTx) error) error {
+	ta := ftRun(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = tx.Rollback() }()
-		if err := fn(fmSQLTx{tx}); err != nil {
+		if err := fn(frontdoor.SQLTx(tx)); err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {
@@ -322,34 +319,6 @@ func TestFaultKillLedgerControl(t *testing.T) {
 	require.Contains(t, v[0], "duplicate seq")
 }
 
-// ftSessionDoor returns RunSession or RunSessionPgx on a new pool whose
-// connections go through a fault proxy.
-func ftSessionDoor(t *testing.T, name string) (sessRunFunc, *faultproxy.Proxy) {
-	t.Helper()
-	proxied, px := fmViaProxy(t)
-	cfg, err := pgx.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	proxied(cfg)
-	if name == "RunSession" {
-		db := stdlib.OpenDB(*cfg)
-		db.SetMaxOpenConns(2)
-		t.Cleanup(func() { _ = db.Close() })
-		return func(ctx context.Context, key int64, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunSession(ctx, db, key, fn, opts...)
-		}, px
-	}
-	pcfg, err := pgxpool.ParseConfig("")
-	require.NoError(t, err)
-	pcfg.ConnConfig = cfg
-	pcfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return func(ctx context.Context, key int64, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-		return pgadvisory.RunSessionPgx(ctx, pool, key, fn, opts...)
-	}, px
-}
-
 // TestFaultSessionBlackhole: a session lock's link goes silent (half-open:
 // nothing moves, nothing closes) while its work runs. With
 // WithCheckInterval(100ms) the work's context is canceled with ErrLockLost
@@ -358,58 +327,57 @@ func ftSessionDoor(t *testing.T, name string) (sessRunFunc, *faultproxy.Proxy) {
 // and the client's close gets through. Control: through the same proxy
 // without the blackhole, ten intervals pass without a cancelation.
 func TestFaultSessionBlackhole(t *testing.T) {
-	for _, name := range []string{"RunSessionPgx", "RunSession"} {
-		t.Run(name, func(t *testing.T) {
-			ctx := fmContext(t)
-			obs := testdb.DB(t)
-			run, px := ftSessionDoor(t, name)
-			t.Cleanup(func() { px.Blackhole(false) })
-			interval := pgadvisory.WithCheckInterval(100 * time.Millisecond)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := witness.Of(testdb.DB(t))
+		px := faultproxy.ToTestDB(t)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(2), frontdoor.Configure(px.Route))
+		t.Cleanup(func() { px.Blackhole(false) })
+		interval := pgadvisory.WithCheckInterval(100 * time.Millisecond)
 
-			t.Run("blackholed", func(t *testing.T) {
-				key := testdb.Key(t)
-				var cause error
-				var detect time.Duration
-				start := time.Now()
-				err := run(ctx, key, func(fctx context.Context) error {
-					sessHolder(t, obs, key)
-					px.Blackhole(true)
-					start = time.Now()
-					require.Eventually(t, func() bool { return fctx.Err() != nil }, 5*time.Second, 5*time.Millisecond,
-						"the work's context was not canceled after the link went silent")
-					detect = time.Since(start)
-					cause = context.Cause(fctx)
-					return fctx.Err()
-				}, interval)
-				returned := time.Since(start)
-				t.Logf("%s: work canceled %v after the blackhole, call returned after %v", name, detect, returned)
-				require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
-				require.ErrorIs(t, err, pgadvisory.ErrLockLost)
-				var pe *pgadvisory.Error
-				require.ErrorAs(t, err, &pe)
-				require.Equal(t, "watch", pe.Op)
+		t.Run("blackholed", func(t *testing.T) {
+			key := testdb.Key(t)
+			var cause error
+			var detect time.Duration
+			start := time.Now()
+			err := door.RunSession(ctx, key, func(fctx context.Context) error {
+				w.Holder(t, key)
+				px.Blackhole(true)
+				start = time.Now()
+				require.Eventually(t, func() bool { return fctx.Err() != nil }, 5*time.Second, 5*time.Millisecond,
+					"the work's context was not canceled after the link went silent")
+				detect = time.Since(start)
+				cause = context.Cause(fctx)
+				return fctx.Err()
+			}, interval)
+			returned := time.Since(start)
+			t.Logf("%s: work canceled %v after the blackhole, call returned after %v", drv, detect, returned)
+			require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
+			require.ErrorIs(t, err, pgadvisory.ErrLockLost)
+			var pe *pgadvisory.Error
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "watch", pe.Op)
 
-				require.Len(t, sessHolds(t, obs, key), 1, "the server has heard nothing and still holds the lock")
-				px.Blackhole(false)
-				require.Eventually(t, func() bool { return len(sessHolds(t, obs, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
-					"the client's close gets through once the link heals")
-			})
-
-			t.Run("control: link healthy", func(t *testing.T) {
-				key := testdb.Key(t)
-				require.NoError(t, run(ctx, key, func(fctx context.Context) error {
-					select {
-					case <-fctx.Done():
-						t.Errorf("work canceled although the link is healthy: %v", context.Cause(fctx))
-					case <-time.After(time.Second):
-					}
-					sessHolder(t, obs, key)
-					return nil
-				}, interval))
-				require.Empty(t, sessHolds(t, obs, key))
-			})
+			require.Len(t, w.Holds(t, key), 1, "the server has heard nothing and still holds the lock")
+			px.Blackhole(false)
+			require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
+				"the client's close gets through once the link heals")
 		})
-	}
+
+		t.Run("control: link healthy", func(t *testing.T) {
+			key := testdb.Key(t)
+			require.NoError(t, door.RunSession(ctx, key, func(fctx context.Context) error {
+				select {
+				case <-fctx.Done():
+					t.Errorf("work canceled although the link is healthy: %v", context.Cause(fctx))
+				case <-time.After(time.Second):
+				}
+				w.Holder(t, key)
+				return nil
+			}, interval))
+			require.Empty(t, w.Holds(t, key))
+		})
+	})
 }
 
 // TestFaultHalfOpenHoldTime measures how long the server keeps a
@@ -443,22 +411,18 @@ func TestFaultHalfOpenHoldTime(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := fmContext(t)
-			e := fmNewEnv(t)
-			proxied, px := fmViaProxy(t)
+			ctx := testdb.Context(t)
+			w := witness.New(t)
+			px := faultproxy.ToTestDB(t)
 			t.Cleanup(func() { px.Blackhole(false) })
-			door := fmOpen(t, "pgx", func(c *pgx.ConnConfig) {
-				proxied(c)
-				for k, v := range tc.params {
-					c.RuntimeParams[k] = v
-				}
-			})
+			door := frontdoor.Open(t, frontdoor.Pgx, frontdoor.MaxConns(failurePoolSize),
+				frontdoor.Configure(px.Route), frontdoor.Settings(tc.params))
 			key := testdb.Key(t)
 			var silent time.Time
-			err := door.run(ctx, key, func(tx fmTx) error {
-				require.NoError(t, e.mark(ctx, tx, "half-open"))
+			err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+				require.NoError(t, w.Mark(ctx, tx, "half-open"))
 				for k, v := range tc.params { // the session really runs with them
-					n, err := tx.queryInt(ctx, "SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = $1", k)
+					n, err := tx.QueryInt(ctx, "SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = $1", k)
 					require.NoError(t, err)
 					require.Equal(t, v, strconv.FormatInt(n, 10), k)
 				}
@@ -466,7 +430,7 @@ func TestFaultHalfOpenHoldTime(t *testing.T) {
 				silent = time.Now()
 				sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 				defer cancel()
-				return tx.exec(sctx, "SELECT 1")
+				return tx.Exec(sctx, "SELECT 1")
 			})
 			returned := time.Since(silent)
 			require.Error(t, err)
@@ -474,7 +438,7 @@ func TestFaultHalfOpenHoldTime(t *testing.T) {
 			var held time.Duration
 			released := false
 			for {
-				if e.lockEntries(t, key, true) == 0 {
+				if w.Locks(t, true, key) == 0 {
 					held, released = time.Since(silent), true
 					break
 				}
@@ -496,10 +460,10 @@ func TestFaultHalfOpenHoldTime(t *testing.T) {
 			if tc.release {
 				require.True(t, released, "the server released the lock of the silent client")
 			}
-			require.False(t, e.committed(t, "half-open"))
+			require.False(t, w.Committed(t, "half-open"))
 			px.Blackhole(false)
-			require.Eventually(t, func() bool { return e.lockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-			fmRequireNoLeak(t, door)
+			require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+			requireNoLeak(t, door)
 		})
 	}
 }
