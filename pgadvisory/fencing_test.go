@@ -14,7 +14,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,11 +21,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -36,131 +35,18 @@ const fenPublishSQL = `INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES
 ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = now()
 WHERE f.token < excluded.token`
 
-// fenTx is the transaction a test's fn receives, from either front door.
-type fenTx interface {
-	exec(ctx context.Context, query string, args ...any) (int64, error)
-	queryInt(ctx context.Context, query string, args ...any) (int64, error)
-	token() (int64, bool)
-}
-
-type fenSQLTx struct{ tx *sql.Tx }
-
-func (q fenSQLTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := q.tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (q fenSQLTx) queryInt(ctx context.Context, query string, args ...any) (n int64, err error) {
-	err = q.tx.QueryRowContext(ctx, query, args...).Scan(&n)
-	return n, err
-}
-
-func (q fenSQLTx) token() (int64, bool) { return pgadvisory.FencingToken(q.tx) }
-
-type fenPgxTx struct{ tx pgx.Tx }
-
-func (q fenPgxTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	tag, err := q.tx.Exec(ctx, query, args...)
-	return tag.RowsAffected(), err
-}
-
-func (q fenPgxTx) queryInt(ctx context.Context, query string, args ...any) (n int64, err error) {
-	err = q.tx.QueryRow(ctx, query, args...).Scan(&n)
-	return n, err
-}
-
-func (q fenPgxTx) token() (int64, bool) { return pgadvisory.FencingTokenPgx(q.tx) }
-
-// fenDoor is one front door: the lock calls on one pool, fenced writes
-// (RunFenced) on another, as a holder writing on a second connection does.
-type fenDoor struct {
-	name      string
-	exclusive func(ctx context.Context, key int64, fn func(fenTx) error, opts ...pgadvisory.Option) error
-	fenced    func(ctx context.Context, token int64, fn func(fenTx) error) error
-	runOnce   func(ctx context.Context, key int64, window string, fn func(fenTx) error, opts ...pgadvisory.Option) error
-	session   func(ctx context.Context, key int64, opts ...pgadvisory.Option) error
-}
-
-func fenStdlibDoor(lockDB, writeDB *sql.DB) fenDoor {
-	return fenDoor{
-		name: "stdlib",
-		exclusive: func(ctx context.Context, key int64, fn func(fenTx) error, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunExclusive(ctx, lockDB, key, func(tx *sql.Tx) error { return fn(fenSQLTx{tx}) }, opts...)
-		},
-		fenced: func(ctx context.Context, token int64, fn func(fenTx) error) error {
-			return pgadvisory.RunFenced(ctx, writeDB, token, func(tx *sql.Tx) error { return fn(fenSQLTx{tx}) })
-		},
-		runOnce: func(ctx context.Context, key int64, window string, fn func(fenTx) error, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunOnce(ctx, lockDB, key, window, func(tx *sql.Tx) error { return fn(fenSQLTx{tx}) }, opts...)
-		},
-		session: func(ctx context.Context, key int64, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunSession(ctx, lockDB, key, func(context.Context) error { return nil }, opts...)
-		},
-	}
-}
-
-func fenPgxDoor(lockPool, writePool *pgxpool.Pool) fenDoor {
-	return fenDoor{
-		name: "pgx",
-		exclusive: func(ctx context.Context, key int64, fn func(fenTx) error, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunExclusivePgx(ctx, lockPool, key, func(tx pgx.Tx) error { return fn(fenPgxTx{tx}) }, opts...)
-		},
-		fenced: func(ctx context.Context, token int64, fn func(fenTx) error) error {
-			return pgadvisory.RunFencedPgx(ctx, writePool, token, func(tx pgx.Tx) error { return fn(fenPgxTx{tx}) })
-		},
-		runOnce: func(ctx context.Context, key int64, window string, fn func(fenTx) error, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunOncePgx(ctx, lockPool, key, window, func(tx pgx.Tx) error { return fn(fenPgxTx{tx}) }, opts...)
-		},
-		session: func(ctx context.Context, key int64, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunSessionPgx(ctx, lockPool, key, func(context.Context) error { return nil }, opts...)
-		},
-	}
-}
-
-// fenConnConfig is the package database's connection configuration with
-// extra server settings (e.g. idle_in_transaction_session_timeout).
-func fenConnConfig(t testing.TB, params map[string]string) *pgx.ConnConfig {
+// fencingDoors returns both front doors, each with its own pool of four
+// connections for the lock calls (with server settings params) and another
+// for fenced writes (RunFenced), as a holder writing on a second connection
+// has.
+func fencingDoors(t *testing.T, params map[string]string) []frontdoor.Door {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	for k, v := range params {
-		cfg.RuntimeParams[k] = v
+	doors := make([]frontdoor.Door, len(frontdoor.Drivers))
+	for i, drv := range frontdoor.Drivers {
+		lock := frontdoor.Open(t, drv, frontdoor.MaxConns(4), frontdoor.Settings(params))
+		doors[i] = lock.WithWrites(frontdoor.Open(t, drv, frontdoor.MaxConns(4)))
 	}
-	return cfg
-}
-
-// fenOpenDB opens a small database/sql pool with params.
-func fenOpenDB(t testing.TB, params map[string]string, conns int) *sql.DB {
-	t.Helper()
-	db := stdlib.OpenDB(*fenConnConfig(t, params))
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
-	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, db.Ping())
-	return db
-}
-
-// fenOpenPool opens a small pgx pool with params.
-func fenOpenPool(t testing.TB, params map[string]string, conns int32) *pgxpool.Pool {
-	t.Helper()
-	return testdb.PoolConfig(t, func(c *pgxpool.Config) {
-		c.MaxConns = conns
-		for k, v := range params {
-			c.ConnConfig.RuntimeParams[k] = v
-		}
-	})
-}
-
-// fenDoors returns both front doors; params apply to the lock pools only.
-func fenDoors(t *testing.T, params map[string]string) []fenDoor {
-	t.Helper()
-	return []fenDoor{
-		fenStdlibDoor(fenOpenDB(t, params, 4), fenOpenDB(t, nil, 4)),
-		fenPgxDoor(fenOpenPool(t, params, 4), fenOpenPool(t, nil, 4)),
-	}
+	return doors
 }
 
 // fenMigrate applies lockgen's schema to the package database (again: the
@@ -170,12 +56,6 @@ func fenMigrate(t testing.TB) *sql.DB {
 	db := testdb.DB(t)
 	require.NoError(t, pgadvisory.Migrate(context.Background(), db))
 	return db
-}
-
-func fenCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // fenTable creates schema.name (id, balance, fencing_token) and, unless
@@ -247,33 +127,6 @@ func fenRequireCode(t testing.TB, err error, kind error, code string) {
 	require.Equal(t, code, pgErr.Code)
 }
 
-// fenWait waits for a result from ch, failing t after a generous bound.
-func fenWait[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(90 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
-// fenBlockedBy counts the backends running a statement like pattern that
-// wait for a lock held by pid. It may run in a require.Eventually condition,
-// so it reports a failed query with t.Errorf (and -1), not FailNow.
-func fenBlockedBy(t testing.TB, db *sql.DB, pid int64, pattern string) int64 {
-	t.Helper()
-	var n int64
-	err := db.QueryRow(`SELECT count(*) FROM pg_catalog.pg_stat_activity
-		WHERE $1::int = ANY (pg_catalog.pg_blocking_pids(pid)) AND query LIKE $2`, pid, pattern).Scan(&n)
-	if err != nil {
-		t.Errorf("reading pg_stat_activity: %v", err)
-		return -1
-	}
-	return n
-}
-
 // ---- 1. Stale writer under a pause -----------------------------------------
 
 // fenWrite is one of the late writes of a paused holder, and its outcome.
@@ -286,11 +139,11 @@ type fenWrite struct {
 // fenLateWrites are the writes a paused holder with token tok attempts after
 // it lost its lock: every kind of write through RunFenced, a write carrying
 // the token in the column only, and a re-publish of the token.
-func fenLateWrites(ctx context.Context, door fenDoor, raw *sql.DB, tbl string, key, tok int64) []fenWrite {
+func fenLateWrites(ctx context.Context, door frontdoor.Door, raw *sql.DB, tbl string, key, tok int64) []fenWrite {
 	through := func(name, query string) fenWrite {
 		w := fenWrite{name: name}
-		w.err = door.fenced(ctx, tok, func(tx fenTx) error {
-			n, err := tx.exec(ctx, query)
+		w.err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
+			n, err := tx.ExecCount(ctx, query)
 			w.rows = n
 			return err
 		})
@@ -323,8 +176,8 @@ func fenLateWrites(ctx context.Context, door fenDoor, raw *sql.DB, tbl string, k
 // (terminated, or idle_in_transaction_session_timeout on lockPools); B
 // takes the lock and writes; A resumes and writes with its old token.
 // fenced=false is the control: the table has no trigger.
-func fenStaleWriter(t *testing.T, admin *sql.DB, door fenDoor, loss string, fenced bool) {
-	ctx := fenCtx(t)
+func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss string, fenced bool) {
+	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	policy := "strict"
 	if !fenced {
@@ -340,18 +193,17 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door fenDoor, loss string, fenc
 	var late []fenWrite // set by A before aDone receives
 	aDone := make(chan error, 1)
 	go func() {
-		aDone <- door.exclusive(ctx, key, func(tx fenTx) error {
-			tok, ok := tx.token()
+		aDone <- door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+			tok, ok := tx.FencingToken()
 			if !ok {
 				return errors.New("fencing test: FencingToken is false inside a fenced fn")
 			}
-			pid, err := tx.queryInt(ctx, `SELECT pg_backend_pid()`)
+			pid, err := tx.QueryInt(ctx, `SELECT pg_backend_pid()`)
 			if err != nil {
 				return err
 			}
-			if err := door.fenced(ctx, tok, func(w fenTx) error {
-				_, err := w.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 100), (2, 200), (3, 300), (9, 900)`)
-				return err
+			if err := door.RunFenced(ctx, tok, func(w frontdoor.Tx) error {
+				return w.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 100), (2, 200), (3, 300), (9, 900)`)
 			}); err != nil {
 				return err
 			}
@@ -395,14 +247,13 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door fenDoor, loss string, fenc
 	var tokB int64
 	var bErr error
 	require.Eventually(t, func() bool {
-		err := door.exclusive(ctx, key, func(tx fenTx) error {
-			tokB, _ = tx.token()
-			if _, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1000 WHERE id IN (1, 2, 3)`); err != nil {
+		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+			tokB, _ = tx.FencingToken()
+			if err := tx.Exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1000 WHERE id IN (1, 2, 3)`); err != nil {
 				return err
 			}
-			return door.fenced(ctx, tokB, func(w fenTx) error {
-				_, err := w.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (10, 1000)`)
-				return err
+			return door.RunFenced(ctx, tokB, func(w frontdoor.Tx) error {
+				return w.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (10, 1000)`)
 			})
 		}, pgadvisory.WithFencing())
 		if err == pgadvisory.ErrLocked {
@@ -418,7 +269,7 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door fenDoor, loss string, fenc
 
 	// A resumes and writes with its old token.
 	resumeA()
-	aErr := fenWait(t, aDone, "A to return")
+	aErr := frontdoor.Await(t, aDone, "A to return")
 	require.True(t, errors.Is(aErr, pgadvisory.ErrConnLost) || errors.Is(aErr, pgadvisory.ErrCommitUnknown),
 		"A's own lock transaction is gone: %v", aErr)
 	require.Len(t, late, 8)
@@ -468,8 +319,8 @@ func TestFencingStaleWriterUnderPause(t *testing.T) {
 			if loss == "idle_timeout" {
 				params = map[string]string{"idle_in_transaction_session_timeout": "200ms"}
 			}
-			for _, door := range fenDoors(t, params) {
-				t.Run(door.name, func(t *testing.T) { fenStaleWriter(t, admin, door, loss, true) })
+			for _, door := range fencingDoors(t, params) {
+				t.Run(door.Label(), func(t *testing.T) { fenStaleWriter(t, admin, door, loss, true) })
 			}
 		})
 	}
@@ -479,8 +330,8 @@ func TestFencingStaleWriterUnderPause(t *testing.T) {
 // the trigger: A's late writes overwrite B's.
 func TestFencingStaleWriterControl(t *testing.T) {
 	admin := fenMigrate(t)
-	for _, door := range fenDoors(t, nil) {
-		t.Run(door.name, func(t *testing.T) { fenStaleWriter(t, admin, door, "terminate", false) })
+	for _, door := range fencingDoors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) { fenStaleWriter(t, admin, door, "terminate", false) })
 	}
 }
 
@@ -489,7 +340,7 @@ func TestFencingStaleWriterControl(t *testing.T) {
 // fenOpenWriter starts a RunFenced transaction with token that inserts row
 // id and stays open until release is called. It returns the writer's
 // backend pid and a channel with RunFenced's result.
-func fenOpenWriter(t *testing.T, ctx context.Context, door fenDoor, tbl string, token, id int64) (pid int64, release func(), done <-chan error) {
+func fenOpenWriter(t *testing.T, ctx context.Context, door frontdoor.Door, tbl string, token, id int64) (pid int64, release func(), done <-chan error) {
 	t.Helper()
 	pids := make(chan int64, 1)
 	rel := make(chan struct{})
@@ -497,12 +348,12 @@ func fenOpenWriter(t *testing.T, ctx context.Context, door fenDoor, tbl string, 
 	t.Cleanup(release)
 	res := make(chan error, 1)
 	go func() {
-		res <- door.fenced(ctx, token, func(tx fenTx) error {
-			pid, err := tx.queryInt(ctx, `SELECT pg_backend_pid()`)
+		res <- door.RunFenced(ctx, token, func(tx frontdoor.Tx) error {
+			pid, err := tx.QueryInt(ctx, `SELECT pg_backend_pid()`)
 			if err != nil {
 				return err
 			}
-			if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES ($1, 0)`, id); err != nil {
+			if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES ($1, 0)`, id); err != nil {
 				return err
 			}
 			pids <- int64(pid)
@@ -524,11 +375,11 @@ func fenOpenWriter(t *testing.T, ctx context.Context, door fenDoor, tbl string, 
 
 // fenHolder takes the lock with fencing, optionally writes row id through
 // the lock transaction, and returns its token.
-func fenHolder(t *testing.T, ctx context.Context, door fenDoor, key int64, write func(fenTx) error) int64 {
+func fenHolder(t *testing.T, ctx context.Context, door frontdoor.Door, key int64, write func(frontdoor.Tx) error) int64 {
 	t.Helper()
 	var tok int64
-	require.NoError(t, door.exclusive(ctx, key, func(tx fenTx) error {
-		tok, _ = tx.token()
+	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+		tok, _ = tx.FencingToken()
 		if write != nil {
 			return write(tx)
 		}
@@ -546,16 +397,15 @@ type fenCall struct {
 
 // fenStartHolder runs a fenced holder in the background that updates every
 // row of tbl through its lock transaction.
-func fenStartHolder(ctx context.Context, door fenDoor, key int64, tbl string, ran *atomic.Bool) <-chan fenCall {
+func fenStartHolder(ctx context.Context, door frontdoor.Door, key int64, tbl string, ran *atomic.Bool) <-chan fenCall {
 	out := make(chan fenCall, 1)
 	go func() {
 		var c fenCall
-		c.err = door.exclusive(ctx, key, func(tx fenTx) error {
+		c.err = door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
 			ran.Store(true)
 			c.ran = true
-			c.token, _ = tx.token()
-			_, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1`)
-			return err
+			c.token, _ = tx.FencingToken()
+			return tx.Exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1`)
 		}, pgadvisory.WithFencing())
 		out <- c
 	}()
@@ -564,34 +414,33 @@ func fenStartHolder(ctx context.Context, door fenDoor, key int64, tbl string, ra
 
 func TestFencingPublishOrdering(t *testing.T) {
 	admin := fenMigrate(t)
-	doors := fenDoors(t, nil)
+	doors := fencingDoors(t, nil)
 
 	// (a) The next holder's publish waits for the write in flight with the
 	// old token, and completes once it ends; no T1 write commits after it.
 	for _, door := range doors {
-		t.Run("waits_then_succeeds/"+door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+		t.Run("waits_then_succeeds/"+door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-			t1 := fenHolder(t, ctx, door, key, func(tx fenTx) error {
-				_, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
-				return err
+			t1 := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
 			})
 			wPid, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 2)
 
 			var bRan atomic.Bool
 			bDone := fenStartHolder(ctx, door, key, tbl, &bRan)
 			require.Eventually(t, func() bool {
-				return fenBlockedBy(t, admin, wPid, "%INSERT INTO pgadvisory.fence%") == 1
+				return witness.Of(admin).BlockedBy(t, wPid, "%INSERT INTO pgadvisory.fence%") == 1
 			}, 30*time.Second, 10*time.Millisecond, "B's publish must wait for the open T1 writer")
 			time.Sleep(200 * time.Millisecond) // the old writer stays open a while
 			require.False(t, bRan.Load(), "B's fn must not run before its token is published")
 			require.Equal(t, t1, fenPublished(t, admin, key))
-			require.Equal(t, int64(1), fenBlockedBy(t, admin, wPid, "%INSERT INTO pgadvisory.fence%"))
+			require.Equal(t, int64(1), witness.Of(admin).BlockedBy(t, wPid, "%INSERT INTO pgadvisory.fence%"))
 
 			release()
-			require.NoError(t, fenWait(t, wDone, "the T1 writer"), "T1 was current until the writer ended")
-			b := fenWait(t, bDone, "B")
+			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "T1 was current until the writer ended")
+			b := frontdoor.Await(t, bDone, "B")
 			require.NoError(t, b.err)
 			require.Greater(t, b.token, t1)
 			require.Equal(t, b.token, fenPublished(t, admin, key))
@@ -599,9 +448,8 @@ func TestFencingPublishOrdering(t *testing.T) {
 			require.Equal(t, map[int64]fenRow{1: {1, b.token}, 2: {1, b.token}}, fenRows(t, admin, tbl))
 
 			// Any T1 write attempted after the publish is rejected.
-			err := door.fenced(ctx, t1, func(tx fenTx) error {
-				_, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (3, 0)`)
-				return err
+			err := door.RunFenced(ctx, t1, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (3, 0)`)
 			})
 			fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
 			require.Len(t, fenRows(t, admin, tbl), 2)
@@ -611,7 +459,7 @@ func TestFencingPublishOrdering(t *testing.T) {
 	// (b) A publish with a short wait fails with 55P03 while the old writer
 	// is open (the statement the runtime runs, with lock_timeout 200ms).
 	t.Run("short_wait_times_out", func(t *testing.T) {
-		ctx := fenCtx(t)
+		ctx := testdb.Context(t)
 		door := doors[1]
 		key := testdb.Key(t)
 		tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
@@ -630,7 +478,7 @@ func TestFencingPublishOrdering(t *testing.T) {
 		fenRequireCode(t, err, nil, "55P03")
 
 		release()
-		require.NoError(t, fenWait(t, wDone, "the T1 writer"))
+		require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"))
 		require.Equal(t, t1, fenPublished(t, admin, key))
 	})
 
@@ -639,16 +487,16 @@ func TestFencingPublishOrdering(t *testing.T) {
 	// ErrLockTimeout at the publish step, without calling fn. Its token is
 	// never published; T1 stays current, and a later holder succeeds.
 	for _, door := range doors {
-		t.Run("runtime_publish_timeout/"+door.name, func(t *testing.T) {
+		t.Run("runtime_publish_timeout/"+door.Label(), func(t *testing.T) {
 			t.Parallel() // the two doors wait their 5 s together
-			ctx := fenCtx(t)
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
 			t1 := fenHolder(t, ctx, door, key, nil)
 			_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
 
 			var bRan atomic.Bool
-			b := fenWait(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B's publish to time out")
+			b := frontdoor.Await(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B's publish to time out")
 			require.False(t, b.ran)
 			require.ErrorIs(t, b.err, pgadvisory.ErrLockTimeout)
 			require.Equal(t, "55P03", pgadvisory.SQLState(b.err))
@@ -659,9 +507,9 @@ func TestFencingPublishOrdering(t *testing.T) {
 			require.Equal(t, t1, fenPublished(t, admin, key))
 
 			release()
-			require.NoError(t, fenWait(t, wDone, "the T1 writer"), "B never published: T1 is still current")
+			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "B never published: T1 is still current")
 			var cRan atomic.Bool
-			c := fenWait(t, fenStartHolder(ctx, door, key, tbl, &cRan), "C")
+			c := frontdoor.Await(t, fenStartHolder(ctx, door, key, tbl, &cRan), "C")
 			require.NoError(t, c.err)
 			require.Greater(t, c.token, t1+1, "B's unpublished token is skipped, never reused")
 			require.Equal(t, map[int64]fenRow{1: {1, c.token}}, fenRows(t, admin, tbl))
@@ -672,19 +520,19 @@ func TestFencingPublishOrdering(t *testing.T) {
 	// writer: B publishes and finishes while the T1 writer is open, and the
 	// T1 write then commits after the newer publish.
 	for _, door := range doors {
-		t.Run("control_no_trigger/"+door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+		t.Run("control_no_trigger/"+door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "")
 			t1 := fenHolder(t, ctx, door, key, nil)
 			_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
 
 			var bRan atomic.Bool
-			b := fenWait(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B")
+			b := frontdoor.Await(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B")
 			require.NoError(t, b.err)
 			require.Equal(t, b.token, fenPublished(t, admin, key), "B published while the T1 writer was open")
 			release()
-			require.NoError(t, fenWait(t, wDone, "the T1 writer"), "the T1 write committed after the newer publish")
+			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "the T1 write committed after the newer publish")
 			require.Contains(t, fenRows(t, admin, tbl), int64(1))
 		})
 	}
@@ -694,9 +542,9 @@ func TestFencingPublishOrdering(t *testing.T) {
 
 func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 	admin := fenMigrate(t)
-	for _, door := range fenDoors(t, nil) {
-		t.Run(door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+	for _, door := range fencingDoors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
 			tok := fenHolder(t, ctx, door, key, nil)
@@ -705,12 +553,12 @@ func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 			// INSERT) while the other is open.
 			pid1, release1, done1 := fenOpenWriter(t, ctx, door, tbl, tok, 1)
 			pid2, release2, done2 := fenOpenWriter(t, ctx, door, tbl, tok, 2)
-			require.Zero(t, fenBlockedBy(t, admin, pid1, "%"))
-			require.Zero(t, fenBlockedBy(t, admin, pid2, "%"))
+			require.Zero(t, witness.Of(admin).BlockedBy(t, pid1, "%"))
+			require.Zero(t, witness.Of(admin).BlockedBy(t, pid2, "%"))
 			release2()
-			require.NoError(t, fenWait(t, done2, "writer 2"))
+			require.NoError(t, frontdoor.Await(t, done2, "writer 2"))
 			release1()
-			require.NoError(t, fenWait(t, done1, "writer 1"))
+			require.NoError(t, frontdoor.Await(t, done1, "writer 1"))
 			require.Equal(t, map[int64]fenRow{1: {0, tok}, 2: {0, tok}}, fenRows(t, admin, tbl))
 		})
 	}
@@ -721,13 +569,12 @@ func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 // second one's write is not done while the first is open.
 func TestFencingSameTokenControl(t *testing.T) {
 	admin := fenMigrate(t)
-	door := fenDoors(t, nil)[1]
-	ctx := fenCtx(t)
+	door := fencingDoors(t, nil)[1]
+	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-	tok := fenHolder(t, ctx, door, key, func(tx fenTx) error {
-		_, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
-		return err
+	tok := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+		return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
 	})
 
 	pids := make(chan int64, 1)
@@ -736,12 +583,12 @@ func TestFencingSameTokenControl(t *testing.T) {
 	t.Cleanup(release)
 	done1 := make(chan error, 1)
 	go func() {
-		done1 <- door.fenced(ctx, tok, func(tx fenTx) error {
-			pid, err := tx.queryInt(ctx, `SELECT pg_backend_pid()`)
+		done1 <- door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
+			pid, err := tx.QueryInt(ctx, `SELECT pg_backend_pid()`)
 			if err != nil {
 				return err
 			}
-			if _, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`); err != nil {
+			if err := tx.Exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`); err != nil {
 				return err
 			}
 			pids <- pid
@@ -749,24 +596,24 @@ func TestFencingSameTokenControl(t *testing.T) {
 			return nil
 		})
 	}()
-	pid1 := fenWait(t, pids, "writer 1")
+	pid1 := frontdoor.Await(t, pids, "writer 1")
 
 	var updated atomic.Bool
 	done2 := make(chan error, 1)
 	go func() {
-		done2 <- door.fenced(ctx, tok, func(tx fenTx) error {
-			_, err := tx.exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`)
+		done2 <- door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
+			err := tx.Exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`)
 			updated.Store(true)
 			return err
 		})
 	}()
 	require.Eventually(t, func() bool {
-		return fenBlockedBy(t, admin, pid1, "%UPDATE%") == 1
+		return witness.Of(admin).BlockedBy(t, pid1, "%UPDATE%") == 1
 	}, 30*time.Second, 10*time.Millisecond, "a writer of the same row must block")
 	require.False(t, updated.Load(), "the blocked write is not done while the other writer is open")
 	release()
-	require.NoError(t, fenWait(t, done1, "writer 1"))
-	require.NoError(t, fenWait(t, done2, "writer 2"))
+	require.NoError(t, frontdoor.Await(t, done1, "writer 1"))
+	require.NoError(t, frontdoor.Await(t, done2, "writer 2"))
 	require.True(t, updated.Load())
 	require.Equal(t, int64(2), fenRows(t, admin, tbl)[1].balance)
 }
@@ -775,24 +622,22 @@ func TestFencingSameTokenControl(t *testing.T) {
 
 func TestFencingMissingToken(t *testing.T) {
 	admin := fenMigrate(t)
-	for _, door := range fenDoors(t, nil) {
-		t.Run(door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+	for _, door := range fencingDoors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			schema := testdb.Schema(t)
 			strict := fenTable(t, admin, schema, "strict_t", key, "strict")
 			permissive := fenTable(t, admin, schema, "permissive_t", key, "permissive")
-			tok := fenHolder(t, ctx, door, key, func(tx fenTx) error {
-				_, err := tx.exec(ctx, `INSERT INTO `+strict+` (id, balance) VALUES (1, 10)`)
-				return err
+			tok := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `INSERT INTO `+strict+` (id, balance) VALUES (1, 10)`)
 			})
 			unfenced := func(tbl, query string) error {
-				return door.exclusive(ctx, testdb.Key(t), func(tx fenTx) error {
-					if _, ok := tx.token(); ok {
+				return door.RunExclusive(ctx, testdb.Key(t), func(tx frontdoor.Tx) error {
+					if _, ok := tx.FencingToken(); ok {
 						return errors.New("fencing test: token in an unfenced call")
 					}
-					_, err := tx.exec(ctx, fmt.Sprintf(query, tbl))
-					return err
+					return tx.Exec(ctx, fmt.Sprintf(query, tbl))
 				})
 			}
 
@@ -823,14 +668,12 @@ func TestFencingMissingToken(t *testing.T) {
 			_, err = admin.ExecContext(ctx, `DELETE FROM `+permissive+` WHERE id = 3`)
 			require.NoError(t, err)
 			require.Equal(t, map[int64]fenRow{2: {20, 0}}, fenRows(t, admin, permissive))
-			err = door.fenced(ctx, tok, func(tx fenTx) error {
-				_, err := tx.exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
-				return err
+			err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			})
 			fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
-			require.NoError(t, door.fenced(ctx, tok2, func(tx fenTx) error {
-				_, err := tx.exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
-				return err
+			require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			}))
 			require.Equal(t, map[int64]fenRow{2: {20, 0}, 4: {40, tok2}}, fenRows(t, admin, permissive))
 		})
@@ -841,8 +684,8 @@ func TestFencingMissingToken(t *testing.T) {
 // guard refuses it without the current token (strict), like a DELETE.
 func TestFencingTruncateGuard(t *testing.T) {
 	admin := fenMigrate(t)
-	door := fenDoors(t, nil)[0]
-	ctx := fenCtx(t)
+	door := fencingDoors(t, nil)[0]
+	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	schema := testdb.Schema(t)
 	guard := func(tbl, policy string) {
@@ -855,9 +698,9 @@ func TestFencingTruncateGuard(t *testing.T) {
 	permissive := fenTable(t, admin, schema, "permissive_t", key, "permissive")
 	guard(permissive, "permissive")
 	unguarded := fenTable(t, admin, schema, "unguarded_t", key, "strict")
-	tok := fenHolder(t, ctx, door, key, func(tx fenTx) error {
+	tok := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
 		for _, tbl := range []string{strict, permissive, unguarded} {
-			if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`); err != nil {
+			if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`); err != nil {
 				return err
 			}
 		}
@@ -874,15 +717,13 @@ func TestFencingTruncateGuard(t *testing.T) {
 	require.NoError(t, err)
 
 	tok2 := fenHolder(t, ctx, door, key, nil)
-	err = door.fenced(ctx, tok, func(tx fenTx) error {
-		_, err := tx.exec(ctx, `TRUNCATE `+strict)
-		return err
+	err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
+		return tx.Exec(ctx, `TRUNCATE `+strict)
 	})
 	fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
 	require.Len(t, fenRows(t, admin, strict), 1)
-	require.NoError(t, door.fenced(ctx, tok2, func(tx fenTx) error {
-		_, err := tx.exec(ctx, `TRUNCATE `+strict)
-		return err
+	require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
+		return tx.Exec(ctx, `TRUNCATE `+strict)
 	}))
 	require.Empty(t, fenRows(t, admin, strict))
 }
@@ -891,52 +732,52 @@ func TestFencingTruncateGuard(t *testing.T) {
 
 func TestFencingTokens(t *testing.T) {
 	admin := fenMigrate(t)
-	doors := fenDoors(t, nil)
+	doors := fencingDoors(t, nil)
 
 	t.Run("increase_across_holders", func(t *testing.T) {
-		ctx := fenCtx(t)
+		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		var prev int64
 		for i := range 6 {
 			door := doors[i%2]
 			tok := fenHolder(t, ctx, door, key, nil)
-			require.Greater(t, tok, prev, "holder %d (%s)", i, door.name)
+			require.Greater(t, tok, prev, "holder %d (%s)", i, door.Label())
 			require.Equal(t, tok, fenPublished(t, admin, key))
 			prev = tok
 		}
 	})
 
 	for _, door := range doors {
-		t.Run("inside_fn/"+door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+		t.Run("inside_fn/"+door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-			var inside fenTx
+			var inside frontdoor.Tx
 			var tok, setting int64
 			var ok bool
-			require.NoError(t, door.exclusive(ctx, key, func(tx fenTx) error {
+			require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
 				inside = tx
-				tok, ok = tx.token()
+				tok, ok = tx.FencingToken()
 				var err error
-				setting, err = tx.queryInt(ctx, `SELECT current_setting('pgadvisory.fencing_token')::bigint`)
+				setting, err = tx.QueryInt(ctx, `SELECT current_setting('pgadvisory.fencing_token')::bigint`)
 				if err != nil {
 					return err
 				}
 				// The lock transaction's own writes carry the token.
-				_, err = tx.exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`)
+				err = tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`)
 				return err
 			}, pgadvisory.WithFencing()))
 			require.True(t, ok)
 			require.Positive(t, tok)
 			require.Equal(t, tok, setting)
 			require.Equal(t, map[int64]fenRow{1: {10, tok}}, fenRows(t, admin, tbl))
-			_, ok = inside.token()
+			_, ok = inside.FencingToken()
 			require.False(t, ok, "no token once fn has returned")
 
 			// An unfenced call has no token and sets none.
-			require.NoError(t, door.exclusive(ctx, key, func(tx fenTx) error {
-				_, ok = tx.token()
-				setting, err := tx.queryInt(ctx, `SELECT count(*) FROM (SELECT NULLIF(current_setting('pgadvisory.fencing_token', true), '') AS s) x WHERE s IS NOT NULL`)
+			require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+				_, ok = tx.FencingToken()
+				setting, err := tx.QueryInt(ctx, `SELECT count(*) FROM (SELECT NULLIF(current_setting('pgadvisory.fencing_token', true), '') AS s) x WHERE s IS NOT NULL`)
 				if err == nil && setting != 0 {
 					err = errors.New("fencing test: unfenced transaction carries a token")
 				}
@@ -952,8 +793,8 @@ func TestFencingTokens(t *testing.T) {
 	}
 
 	for _, door := range doors {
-		t.Run("contended_draws_nothing/"+door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+		t.Run("contended_draws_nothing/"+door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			entered := make(chan int64, 1)
 			rel := make(chan struct{})
@@ -961,18 +802,18 @@ func TestFencingTokens(t *testing.T) {
 			t.Cleanup(release)
 			done := make(chan error, 1)
 			go func() {
-				done <- door.exclusive(ctx, key, func(tx fenTx) error {
-					tok, _ := tx.token()
+				done <- door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+					tok, _ := tx.FencingToken()
 					entered <- tok
 					<-rel
 					return nil
 				}, pgadvisory.WithFencing())
 			}()
-			held := fenWait(t, entered, "the holder")
+			held := frontdoor.Await(t, entered, "the holder")
 			seq := fenSeqLast(t, admin)
 			called := false
 			for range 3 {
-				err := door.exclusive(ctx, key, func(fenTx) error { called = true; return nil }, pgadvisory.WithFencing())
+				err := door.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithFencing())
 				require.Equal(t, pgadvisory.ErrLocked, err)
 			}
 			require.False(t, called)
@@ -982,19 +823,19 @@ func TestFencingTokens(t *testing.T) {
 			fenHolder(t, ctx, door, testdb.Key(t), nil)
 			require.Greater(t, fenSeqLast(t, admin), seq)
 			release()
-			require.NoError(t, fenWait(t, done, "the holder"))
+			require.NoError(t, frontdoor.Await(t, done, "the holder"))
 		})
 	}
 
 	for _, door := range doors {
-		t.Run("session_lock_refused/"+door.name, func(t *testing.T) {
-			err := door.session(fenCtx(t), testdb.Key(t), pgadvisory.WithFencing())
+		t.Run("session_lock_refused/"+door.Label(), func(t *testing.T) {
+			err := door.RunSession(testdb.Context(t), testdb.Key(t), func(context.Context) error { return nil }, pgadvisory.WithFencing())
 			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 		})
 	}
 
 	t.Run("invalid_run_fenced", func(t *testing.T) {
-		ctx := fenCtx(t)
+		ctx := testdb.Context(t)
 		noop := func(*sql.Tx) error { return nil }
 		require.ErrorIs(t, pgadvisory.RunFenced(ctx, nil, 1, noop), pgadvisory.ErrInvalidArgument)
 		require.ErrorIs(t, pgadvisory.RunFenced(ctx, admin, 1, nil), pgadvisory.ErrInvalidArgument)
@@ -1002,60 +843,22 @@ func TestFencingTokens(t *testing.T) {
 	})
 
 	t.Run("not_migrated", func(t *testing.T) {
-		ctx := fenCtx(t)
-		name := fenThrowawayDatabase(t)
-		cfg := fenConnConfig(t, nil)
-		cfg.Database = name
-		db := stdlib.OpenDB(*cfg)
-		t.Cleanup(func() { _ = db.Close() })
-		pcfg, err := pgxpool.ParseConfig(testdb.URL(t))
-		require.NoError(t, err)
-		pcfg.ConnConfig.Database = name
-		pcfg.MaxConns = 2
-		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		// Close the pools before the database is dropped (cleanups run last-in first-out).
-		t.Cleanup(func() { _ = db.Close(); pool.Close() })
-
-		for _, door := range []fenDoor{fenStdlibDoor(db, db), fenPgxDoor(pool, pool)} {
+		ctx := testdb.Context(t)
+		name := testdb.EmptyDatabase(t)
+		onEmpty := frontdoor.Configure(func(c *pgx.ConnConfig) { c.Database = name })
+		// Opened after the database, so closed before it is dropped
+		// (cleanups run last-in first-out).
+		for _, door := range frontdoor.OpenAll(t, frontdoor.MaxConns(2), onEmpty) {
 			called := false
-			fn := func(fenTx) error { called = true; return nil }
-			err := door.exclusive(ctx, testdb.Key(t), fn, pgadvisory.WithFencing())
-			require.ErrorIs(t, err, pgadvisory.ErrNotMigrated, door.name)
-			err = door.runOnce(ctx, testdb.Key(t), "2026-12-02", fn)
-			require.ErrorIs(t, err, pgadvisory.ErrNotMigrated, door.name)
+			fn := func(frontdoor.Tx) error { called = true; return nil }
+			err := door.RunExclusive(ctx, testdb.Key(t), fn, pgadvisory.WithFencing())
+			require.ErrorIs(t, err, pgadvisory.ErrNotMigrated, door.Label())
+			err = door.RunOnce(ctx, testdb.Key(t), "2026-12-02", fn)
+			require.ErrorIs(t, err, pgadvisory.ErrNotMigrated, door.Label())
 			require.False(t, called)
 			// CONTROL: an unfenced call works there.
-			require.NoError(t, door.exclusive(ctx, testdb.Key(t), fn))
+			require.NoError(t, door.RunExclusive(ctx, testdb.Key(t), fn))
 			require.True(t, called)
 		}
 	})
-}
-
-// fenThrowawayDatabase creates an empty database (no lockgen schema) on the
-// test server and drops it when t ends.
-func fenThrowawayDatabase(t *testing.T) string {
-	t.Helper()
-	ctx := fenCtx(t)
-	conn, err := pgx.Connect(ctx, testdb.ServerURL())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	name := "lockgen_test_nomigrate_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, testdb.ServerURL())
-		if err != nil {
-			t.Logf("dropping %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("dropping %s: %v", name, err)
-		}
-	})
-	return name
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -26,7 +27,7 @@ import (
 // roReplica is one service replica: its own pool, one front door.
 type roReplica struct {
 	name string
-	door fenDoor
+	door frontdoor.Door
 }
 
 // roReplicas opens n replicas, alternating database/sql and pgx, each with
@@ -35,15 +36,8 @@ func roReplicas(t *testing.T, n int) []roReplica {
 	t.Helper()
 	out := make([]roReplica, n)
 	for i := range out {
-		var door fenDoor
-		if i%2 == 0 {
-			db := fenOpenDB(t, nil, 2)
-			door = fenStdlibDoor(db, db)
-		} else {
-			pool := fenOpenPool(t, nil, 2)
-			door = fenPgxDoor(pool, pool)
-		}
-		out[i] = roReplica{name: fmt.Sprintf("replica-%d-%s", i, door.name), door: door}
+		door := frontdoor.Open(t, frontdoor.Drivers[i%2], frontdoor.MaxConns(2))
+		out[i] = roReplica{name: fmt.Sprintf("replica-%d-%s", i, door.Label()), door: door}
 	}
 	return out
 }
@@ -134,13 +128,13 @@ func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, 
 				}
 			}
 			time.Sleep(delay)
-			job := func(tx fenTx) error {
+			job := func(tx frontdoor.Tx) error {
 				nCalls.Add(1)
-				tok, _ := tx.token()
+				tok, _ := tx.FencingToken()
 				mu.Lock()
 				tokens[r.name] = tok
 				mu.Unlock()
-				if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (replica, token) VALUES ($1, NULLIF($2::bigint, 0))`, r.name, tok); err != nil {
+				if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica, token) VALUES ($1, NULLIF($2::bigint, 0))`, r.name, tok); err != nil {
 					return err
 				}
 				select { // hold the lock until someone was turned away
@@ -151,9 +145,9 @@ func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, 
 			}
 			call := func() error {
 				if runOnce {
-					return r.door.runOnce(ctx, key, window, job, opts(i)...)
+					return r.door.RunOnce(ctx, key, window, job, opts(i)...)
 				}
-				return r.door.exclusive(ctx, key, job, opts(i)...)
+				return r.door.RunExclusive(ctx, key, job, opts(i)...)
 			}
 			err := call()
 			// A late replica retries while it meets ErrLocked, as a cron
@@ -187,7 +181,7 @@ func TestRunOnceReplicas(t *testing.T) {
 		fenced bool
 	}{{"fenced_named_holders", true}, {"unfenced_default_holder", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			tbl := roReportTable(t, admin)
 			window := pgadvisory.DailyWindow(time.Now(), nil)
@@ -243,7 +237,7 @@ func TestRunOnceReplicas(t *testing.T) {
 	// CONTROL: the same replicas with plain RunExclusive (no ledger) run
 	// the report again when they fire after it finished.
 	t.Run("control_run_exclusive", func(t *testing.T) {
-		ctx := fenCtx(t)
+		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		tbl := roReportTable(t, admin)
 		outcomes, calls, _ := roFire(t, ctx, replicas, key, "", tbl, false, func(int) []pgadvisory.Option { return nil })
@@ -260,15 +254,15 @@ func TestRunOnceReplicas(t *testing.T) {
 
 func TestRunOnceLedger(t *testing.T) {
 	admin := fenMigrate(t)
-	for _, door := range fenDoors(t, nil) {
-		t.Run(door.name, func(t *testing.T) {
-			ctx := fenCtx(t)
+	for _, door := range fencingDoors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			tbl := roReportTable(t, admin)
 			var calls atomic.Int64
-			job := func(fail error) func(fenTx) error {
-				return func(tx fenTx) error {
+			job := func(fail error) func(frontdoor.Tx) error {
+				return func(tx frontdoor.Tx) error {
 					calls.Add(1)
-					if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ($1)`, door.name); err != nil {
+					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ($1)`, door.Label()); err != nil {
 						return err
 					}
 					return fail
@@ -279,18 +273,18 @@ func TestRunOnceLedger(t *testing.T) {
 				key := testdb.Key(t)
 				calls.Store(0)
 				boom := errors.New("report failed")
-				err := door.runOnce(ctx, key, "2026-12-02", job(boom))
+				err := door.RunOnce(ctx, key, "2026-12-02", job(boom))
 				require.ErrorIs(t, err, boom)
 				require.Empty(t, roLedger(t, admin, key))
 				require.Equal(t, int64(0), roCount(t, admin, `SELECT count(*) FROM `+tbl))
 
-				require.NoError(t, door.runOnce(ctx, key, "2026-12-02", job(nil)))
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
 				require.Len(t, roLedger(t, admin, key), 1)
-				require.Equal(t, pgadvisory.ErrAlreadyDone, door.runOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
 				require.Equal(t, int64(2), calls.Load(), "the third call did not run fn")
 
 				// A different window runs again.
-				require.NoError(t, door.runOnce(ctx, key, "2026-12-03", job(nil)))
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-03", job(nil)))
 				require.Equal(t, int64(3), calls.Load())
 				ledger := roLedger(t, admin, key)
 				require.Len(t, ledger, 2)
@@ -305,10 +299,10 @@ func TestRunOnceLedger(t *testing.T) {
 				_, err := admin.Exec(`INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
 					VALUES ($1, '2026-12-02', 'by hand', now(), now())`, key)
 				require.NoError(t, err)
-				require.Equal(t, pgadvisory.ErrAlreadyDone, door.runOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
 				require.Zero(t, calls.Load(), "fn is not called")
 				// CONTROL: the ledger check is what stopped it.
-				require.NoError(t, door.runOnce(ctx, key, "2026-12-01", job(nil)))
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-01", job(nil)))
 				require.Equal(t, int64(1), calls.Load())
 				_, err = admin.Exec(`DELETE FROM ` + tbl)
 				require.NoError(t, err)
@@ -319,8 +313,8 @@ func TestRunOnceLedger(t *testing.T) {
 				// runs: the primary key turns our record into
 				// ErrAlreadyDone and fn's writes roll back.
 				key := testdb.Key(t)
-				err := door.runOnce(ctx, key, "2026-12-02", func(tx fenTx) error {
-					if _, err := tx.exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ('doomed')`); err != nil {
+				err := door.RunOnce(ctx, key, "2026-12-02", func(tx frontdoor.Tx) error {
+					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ('doomed')`); err != nil {
 						return err
 					}
 					_, err := admin.ExecContext(ctx, `INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
@@ -336,7 +330,7 @@ func TestRunOnceLedger(t *testing.T) {
 
 			t.Run("invalid_arguments", func(t *testing.T) {
 				calls.Store(0)
-				err := door.runOnce(ctx, testdb.Key(t), "", job(nil))
+				err := door.RunOnce(ctx, testdb.Key(t), "", job(nil))
 				require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 				require.Zero(t, calls.Load())
 			})
@@ -344,7 +338,7 @@ func TestRunOnceLedger(t *testing.T) {
 	}
 
 	t.Run("nil_handles_and_lock_methods", func(t *testing.T) {
-		ctx := fenCtx(t)
+		ctx := testdb.Context(t)
 		noop := func(*sql.Tx) error { return nil }
 		require.ErrorIs(t, pgadvisory.RunOnce(ctx, nil, 1, "w", noop), pgadvisory.ErrInvalidArgument)
 		require.ErrorIs(t, pgadvisory.RunOncePgx(ctx, nil, 1, "w", func(pgx.Tx) error { return nil }), pgadvisory.ErrInvalidArgument)
@@ -353,7 +347,7 @@ func TestRunOnceLedger(t *testing.T) {
 
 		// Lock.RunOnce and Lock.RunOncePgx share one ledger row per window.
 		l := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
-		pool := fenOpenPool(t, nil, 2)
+		pool := frontdoor.Open(t, frontdoor.Pgx, frontdoor.MaxConns(2)).Pool()
 		require.NoError(t, l.RunOnce(ctx, admin, "2026-12-02", noop, pgadvisory.WithHolder("lock-method")))
 		require.Equal(t, pgadvisory.ErrAlreadyDone, l.RunOncePgx(ctx, pool, "2026-12-02", func(pgx.Tx) error { return nil }))
 		ledger := roLedger(t, admin, l.ID)

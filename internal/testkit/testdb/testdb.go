@@ -291,3 +291,29 @@ func Context(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// EmptyDatabase creates a database of t's own on the test server, empty
+// (without lockgen's schema), dropped when t ends, and returns its name.
+// Pools on it must be closed before the drop: open them after calling
+// EmptyDatabase, so that their cleanups run first.
+func EmptyDatabase(t testing.TB) string {
+	t.Helper()
+	URL(t) // skips or fails t without a server
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	defer conn.Close(ctx)
+	name := "lockgen_test_empty_" + randomHex(6)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testdb: creating %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := dropDatabase(name); err != nil {
+			t.Logf("testdb: dropping %s: %v", name, err)
+		}
+	})
+	return name
+}
