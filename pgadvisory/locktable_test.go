@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -75,36 +76,29 @@ func TestLockTableFull(t *testing.T) {
 
 	key := testdb.Key(t)
 	called := 0
-	doors := []struct {
-		name string
-		run  func() error
-	}{
-		{"RunExclusive", func() error {
-			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { called++; return nil })
-		}},
-		{"RunExclusivePgx", func() error {
-			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { called++; return nil })
-		}},
+	doors := []frontdoor.Door{frontdoor.OnDB(db), frontdoor.OnPool(pool)}
+	run := func(d frontdoor.Door) error {
+		return d.RunExclusive(ctx, key, func(frontdoor.Tx) error { called++; return nil })
 	}
 
 	// Control: with room in the table both calls succeed (and the
 	// connections and statements are ready).
 	for _, d := range doors {
-		require.NoError(t, d.run(), d.name)
+		require.NoError(t, run(d), d.Label())
 	}
 	require.Equal(t, len(doors), called)
 
 	ltFill(t, helper)
 	called = 0
 	for _, d := range doors {
-		err := d.run()
-		require.ErrorIs(t, err, pgadvisory.ErrLockTableFull, d.name)
-		require.Equal(t, "53200", pgadvisory.SQLState(err), d.name)
+		err := run(d)
+		require.ErrorIs(t, err, pgadvisory.ErrLockTableFull, d.Label())
+		require.Equal(t, "53200", pgadvisory.SQLState(err), d.Label())
 		var e *pgadvisory.Error
-		require.ErrorAs(t, err, &e, d.name)
-		require.Equal(t, "53200", e.SQLState, d.name)
-		require.Equal(t, "lock", e.Op, "%s: the lock statement, not the connection, hit the full table", d.name)
-		require.Equal(t, []int64{key}, e.LockIDs, d.name)
+		require.ErrorAs(t, err, &e, d.Label())
+		require.Equal(t, "53200", e.SQLState, d.Label())
+		require.Equal(t, "lock", e.Op, "%s: the lock statement, not the connection, hit the full table", d.Label())
+		require.Equal(t, []int64{key}, e.LockIDs, d.Label())
 	}
 	require.Zero(t, called, "fn must not run without the lock")
 
@@ -124,7 +118,7 @@ func TestLockTableFull(t *testing.T) {
 	_, err = helper.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 	require.NoError(t, err)
 	for _, d := range doors {
-		require.NoError(t, d.run(), d.name)
+		require.NoError(t, run(d), d.Label())
 	}
 	require.Equal(t, len(doors), called)
 }

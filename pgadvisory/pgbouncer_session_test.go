@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -103,7 +104,7 @@ func pbTerminateHolders(t *testing.T, direct *sql.DB, key int64) {
 	_, err := direct.ExecContext(context.Background(), `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1`, key)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return pbLocks(t, direct, key) == 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(witness.Of(direct).Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond)
 }
 
 // TestPgBouncerSessionPidGuard: with server_round_robin, consecutive
@@ -127,7 +128,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "lock", pe.Op, "caught by the pid the lock statement returned: %v", err)
 	require.False(t, called)
-	require.Zero(t, pbLocks(t, direct, key), "the guarded lock statement took nothing on the other backend")
+	require.Zero(t, len(witness.Of(direct).Holds(t, key)), "the guarded lock statement took nothing on the other backend")
 
 	// Control: the same lock taken by hand leaks.
 	conn, err := db.Conn(t.Context())
@@ -137,7 +138,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	require.True(t, got)
 	require.NoError(t, conn.Close())
 	require.NoError(t, db.Close())
-	require.Equal(t, 1, pbLocks(t, direct, key), "control: the hand-written session lock outlives its client on a server connection")
+	require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "control: the hand-written session lock outlives its client on a server connection")
 	pbTerminateHolders(t, direct, key)
 }
 
@@ -155,7 +156,7 @@ func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
 	defer cancel()
 	var cause error
 	err := pgadvisory.RunSession(ctx, db, key, func(fctx context.Context) error {
-		require.Equal(t, 1, pbLocks(t, direct, key), "the lock is held on a server connection")
+		require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "the lock is held on a server connection")
 		// Occupy the most recently used server connection (the lock's).
 		other, err := db.Conn(ctx)
 		require.NoError(t, err)

@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -94,43 +96,9 @@ func pbPooledPgx(t *testing.T, pool *pgxpool.Pool) bool {
 	return pid != conn.Conn().PgConn().PID()
 }
 
-// pbLocks counts advisory locks (granted or waiting) on key in the package
-// database, as the server's pg_locks shows them.
-func pbLocks(t *testing.T, direct *sql.DB, key int64) int {
-	t.Helper()
-	var n int
-	require.NoError(t, direct.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_catalog.pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1
-  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-  AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
-	return n
-}
-
-// pbExec runs one statement in the lock transaction, whichever the driver.
-type pbExec func(query string, args ...any) error
-
-// pbRun is RunExclusive or RunExclusivePgx through PgBouncer.
-type pbRun func(ctx context.Context, key int64, fn func(pbExec) error) error
-
-func (e *pbEnv) doors() []struct {
-	name string
-	run  pbRun
-} {
-	return []struct {
-		name string
-		run  pbRun
-	}{
-		{"RunExclusive", func(ctx context.Context, key int64, fn func(pbExec) error) error {
-			return pgadvisory.RunExclusive(ctx, e.db, key, func(tx *sql.Tx) error {
-				return fn(func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err })
-			})
-		}},
-		{"RunExclusivePgx", func(ctx context.Context, key int64, fn func(pbExec) error) error {
-			return pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(tx pgx.Tx) error {
-				return fn(func(q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
-			})
-		}},
-	}
+// doors are the transaction-lock front doors through PgBouncer.
+func (e *pbEnv) doors() []frontdoor.Door {
+	return []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)}
 }
 
 func TestPgBouncerRunExclusive(t *testing.T) {
@@ -146,12 +114,12 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 				require.NoError(t, e.direct.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE note = $1", note).Scan(&n))
 				return n
 			}
-			insert := func(note string) func(pbExec) error {
-				return func(exec pbExec) error { return exec("INSERT INTO "+table+" (note) VALUES ($1)", note) }
+			insert := func(note string) func(frontdoor.Tx) error {
+				return func(tx frontdoor.Tx) error { return tx.Exec(ctx, "INSERT INTO "+table+" (note) VALUES ($1)", note) }
 			}
 
 			for _, holder := range e.doors() {
-				t.Run(holder.name+" holds", func(t *testing.T) {
+				t.Run(holder.Label()+" holds", func(t *testing.T) {
 					key := testdb.Key(t)
 					holding, release := make(chan struct{}), make(chan struct{})
 					released := false
@@ -164,8 +132,8 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 					defer releaseOnce()
 					done := make(chan error, 1)
 					go func() {
-						done <- holder.run(ctx, key, func(exec pbExec) error {
-							if err := insert("holder " + holder.name)(exec); err != nil {
+						done <- holder.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+							if err := insert("holder " + holder.Label())(tx); err != nil {
 								return err
 							}
 							close(holding)
@@ -183,34 +151,34 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 
 					// The lock is held on the real server while fn runs, and a
 					// second caller through PgBouncer is refused, by either door.
-					require.Equal(t, 1, pbLocks(t, e.direct, key))
+					require.Equal(t, 1, len(witness.Of(e.direct).Holds(t, key)))
 					for _, other := range e.doors() {
 						called := false
-						err := other.run(ctx, key, func(pbExec) error { called = true; return nil })
-						require.Equal(t, pgadvisory.ErrLocked, err, other.name)
-						require.False(t, called, other.name)
+						err := other.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil })
+						require.Equal(t, pgadvisory.ErrLocked, err, other.Label())
+						require.False(t, called, other.Label())
 					}
 
 					releaseOnce()
 					require.NoError(t, <-done)
-					require.Equal(t, 1, rows("holder "+holder.name), "the holder's write committed")
-					require.Eventually(t, func() bool { return pbLocks(t, e.direct, key) == 0 },
+					require.Equal(t, 1, rows("holder "+holder.Label()), "the holder's write committed")
+					require.Eventually(t, func() bool { return len(witness.Of(e.direct).Holds(t, key)) == 0 },
 						10*time.Second, 10*time.Millisecond, "the lock was released")
 
 					// Now callers through PgBouncer get the lock and commit, so
 					// the ErrLocked above was the holder's doing.
 					for _, other := range e.doors() {
-						require.NoError(t, other.run(ctx, key, insert("after "+other.name)), other.name)
-						require.Equal(t, 1, rows("after "+other.name), other.name)
-						_, err := e.direct.ExecContext(ctx, "DELETE FROM "+table+" WHERE note = $1", "after "+other.name)
+						require.NoError(t, other.RunExclusive(ctx, key, insert("after "+other.Label())), other.Label())
+						require.Equal(t, 1, rows("after "+other.Label()), other.Label())
+						_, err := e.direct.ExecContext(ctx, "DELETE FROM "+table+" WHERE note = $1", "after "+other.Label())
 						require.NoError(t, err)
 					}
 
 					// Control for the row check: a failing fn's write is rolled
 					// back, and rows() sees that it is missing.
 					boom := errors.New("boom")
-					err := holder.run(ctx, key, func(exec pbExec) error {
-						if err := insert("rolled back")(exec); err != nil {
+					err := holder.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+						if err := insert("rolled back")(tx); err != nil {
 							return err
 						}
 						return boom
@@ -229,40 +197,28 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 			e := pbNewEnv(t, mode)
 			ctx := t.Context()
 			key := testdb.Key(t)
-			doors := []struct {
-				name string
-				run  func(db *sql.DB, pool *pgxpool.Pool, fn func(context.Context) error) error
-			}{
-				{"RunSession", func(db *sql.DB, _ *pgxpool.Pool, fn func(context.Context) error) error {
-					return pgadvisory.RunSession(ctx, db, key, fn)
-				}},
-				{"RunSessionPgx", func(_ *sql.DB, pool *pgxpool.Pool, fn func(context.Context) error) error {
-					return pgadvisory.RunSessionPgx(ctx, pool, key, fn)
-				}},
-			}
-			for _, d := range doors {
+			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)} {
 				called := false
-				err := d.run(e.db, e.pool, func(context.Context) error { called = true; return nil })
-				require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler, d.name)
-				require.False(t, called, d.name)
+				err := d.RunSession(ctx, key, func(context.Context) error { called = true; return nil })
+				require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler, d.Label())
+				require.False(t, called, d.Label())
 				var pe *pgadvisory.Error
-				require.ErrorAs(t, err, &pe, d.name)
-				require.Equal(t, "begin", pe.Op, "%s: refused before any lock statement", d.name)
-				require.Zero(t, pbLocks(t, e.direct, key), "%s left a lock on a server connection", d.name)
+				require.ErrorAs(t, err, &pe, d.Label())
+				require.Equal(t, "begin", pe.Op, "%s: refused before any lock statement", d.Label())
+				require.Zero(t, len(witness.Of(e.direct).Holds(t, key)), "%s left a lock on a server connection", d.Label())
 			}
 
 			// Control: connected directly, the same calls take the lock (and
-			// pbLocks sees it) and release it.
-			pool := testdb.Pool(t)
-			for _, d := range doors {
-				err := d.run(e.direct, pool, func(context.Context) error {
-					if n := pbLocks(t, e.direct, key); n != 1 {
+			// the witness sees it) and release it.
+			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.direct), frontdoor.OnPool(testdb.Pool(t))} {
+				err := d.RunSession(ctx, key, func(context.Context) error {
+					if n := len(witness.Of(e.direct).Holds(t, key)); n != 1 {
 						return fmt.Errorf("pg_locks shows %d locks on the key while fn runs", n)
 					}
 					return nil
 				})
-				require.NoError(t, err, d.name)
-				require.Zero(t, pbLocks(t, e.direct, key), d.name)
+				require.NoError(t, err, d.Label())
+				require.Zero(t, len(witness.Of(e.direct).Holds(t, key)), d.Label())
 			}
 		})
 	}

@@ -11,134 +11,78 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // Tests of the session-lock front doors, RunSession (database/sql) and
 // RunSessionPgx (pgxpool). Every test body runs once per front door; the
 // "other" door is the opposite one, so exclusion is checked across drivers.
-// Who holds what is read from pg_locks (sessHolds), never inferred from
+// Who holds what is read from pg_locks (witness.Holds), never inferred from
 // try-lock results alone: a session lock leaked on a pooled connection is
 // re-entrant for that connection, so only pg_locks shows it reliably.
 
-// sessRunFunc is RunSession or RunSessionPgx bound to a connection pool.
-type sessRunFunc func(ctx context.Context, key int64, fn func(context.Context) error, opts ...pgadvisory.Option) error
-
-// sessEnv is one test's connections: db for RunSession, RunExclusive and
-// pg_locks probes, pool for RunSessionPgx and RunExclusivePgx.
-type sessEnv struct {
+// sessionPools are one test's pools: db for RunSession, RunExclusive and
+// the witness's pg_locks probes, pool for RunSessionPgx and RunExclusivePgx.
+type sessionPools struct {
 	db   *sql.DB
 	pool *pgxpool.Pool
+	w    *witness.Witness // on db
 }
 
-func (e *sessEnv) door(name string) sessRunFunc {
-	if name == "RunSession" {
-		return func(ctx context.Context, key int64, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-			return pgadvisory.RunSession(ctx, e.db, key, fn, opts...)
+// forEachSessionDoor runs body for each front door with fresh pools
+// (maxConns 0 keeps frontdoor's default size). door is the door under test,
+// other the opposite one.
+func forEachSessionDoor(t *testing.T, maxConns int, body func(t *testing.T, e *sessionPools, door, other frontdoor.Door)) {
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		var opts []frontdoor.Option
+		if maxConns > 0 {
+			opts = append(opts, frontdoor.MaxConns(maxConns))
 		}
-	}
-	return func(ctx context.Context, key int64, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-		return pgadvisory.RunSessionPgx(ctx, e.pool, key, fn, opts...)
-	}
+		doors := map[frontdoor.Driver]frontdoor.Door{}
+		for _, d := range frontdoor.Drivers {
+			doors[d] = frontdoor.Open(t, d, opts...)
+		}
+		e := &sessionPools{db: doors[frontdoor.SQL].DB(), pool: doors[frontdoor.Pgx].Pool()}
+		e.w = witness.Of(e.db)
+		other := doors[frontdoor.SQL]
+		if drv == frontdoor.SQL {
+			other = doors[frontdoor.Pgx]
+		}
+		body(t, e, doors[drv], other)
+	})
 }
 
-// sessForEach runs body for each session front door with fresh connections
-// (maxConns 0 keeps testdb's pool size). run is the door under test, other
-// the opposite one.
-func sessForEach(t *testing.T, maxConns int, body func(t *testing.T, e *sessEnv, run, other sessRunFunc)) {
-	names := []string{"RunSession", "RunSessionPgx"}
-	for i, name := range names {
-		t.Run(name, func(t *testing.T) {
-			e := &sessEnv{db: testdb.DB(t), pool: testdb.PoolConfig(t, func(c *pgxpool.Config) {
-				if maxConns > 0 {
-					c.MaxConns = int32(maxConns)
-				}
-			})}
-			if maxConns > 0 {
-				e.db.SetMaxOpenConns(maxConns)
-				e.db.SetMaxIdleConns(maxConns)
-			}
-			body(t, e, e.door(name), e.door(names[1-i]))
-		})
-	}
-}
-
-func sessCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// sessHold is one advisory-lock row of pg_locks, with the holder's state.
-type sessHold struct {
-	Key     int64
-	PID     int32
-	Mode    string // ExclusiveLock or ShareLock
-	Granted bool
-	State   string // pg_stat_activity.state: active, idle, idle in transaction, …
-}
-
-// sessHolds lists the pg_locks rows for keys in the current database.
-func sessHolds(t *testing.T, db *sql.DB, keys ...int64) []sessHold {
-	t.Helper()
-	rows, err := db.QueryContext(context.Background(), `
-SELECT (l.classid::bigint << 32) | l.objid::bigint, l.pid, l.mode, l.granted, coalesce(a.state, '')
-FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.objsubid = 1
-  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-  AND ((l.classid::bigint << 32) | l.objid::bigint) = ANY($1::bigint[])
-ORDER BY 1, 2`, keys)
-	require.NoError(t, err)
-	defer rows.Close()
-	var holds []sessHold
-	for rows.Next() {
-		var h sessHold
-		require.NoError(t, rows.Scan(&h.Key, &h.PID, &h.Mode, &h.Granted, &h.State))
-		holds = append(holds, h)
-	}
-	require.NoError(t, rows.Err())
-	return holds
-}
-
-// sessHolder returns the one backend holding key, failing if there is not
-// exactly one.
-func sessHolder(t *testing.T, db *sql.DB, key int64) sessHold {
-	t.Helper()
-	holds := sessHolds(t, db, key)
-	require.Len(t, holds, 1, "holders of %d: %+v", key, holds)
-	require.True(t, holds[0].Granted)
-	return holds[0]
-}
-
-// sessNotCalled is a fn that fails the test if it runs.
-func sessNotCalled(t *testing.T) func(context.Context) error {
+// notCalled is a session fn that fails the test if it runs.
+func notCalled(t *testing.T) func(context.Context) error {
 	return func(context.Context) error {
 		t.Error("fn was called although the lock is held elsewhere")
 		return nil
 	}
 }
 
-// sessRequireFree checks that nobody holds key, and that a transaction lock
-// and another session on it succeed at once.
-func sessRequireFree(t *testing.T, e *sessEnv, other sessRunFunc, key int64) {
+// requireSessionFree checks that nobody holds key, and that a transaction
+// lock and another session on it succeed at once.
+func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key int64) {
 	t.Helper()
-	ctx := sessCtx(t)
-	require.Empty(t, sessHolds(t, e.db, key))
+	ctx := testdb.Context(t)
+	require.Empty(t, e.w.Holds(t, key))
 	called := false
-	require.NoError(t, other(ctx, key, func(context.Context) error { called = true; return nil }))
+	require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
 	require.True(t, called)
 	require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { return nil }))
-	require.Empty(t, sessHolds(t, e.db, key))
+	require.Empty(t, e.w.Holds(t, key))
 }
 
 func TestSessionExcludesWhileFnRuns(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		var txids []int64
-		err := run(ctx, key, func(ctx context.Context) error {
-			holder := sessHolder(t, e.db, key)
+		err := door.RunSession(ctx, key, func(ctx context.Context) error {
+			holder := e.w.Holder(t, key)
 			require.Equal(t, "ExclusiveLock", holder.Mode)
 			for range 3 {
 				// fn's own work: a transaction of its own on another connection.
@@ -158,11 +102,11 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 					t.Error("RunExclusivePgx ran under a held session lock")
 					return nil
 				}))
-				require.Equal(t, pgadvisory.ErrLocked, run(ctx, key, sessNotCalled(t)))
-				require.Equal(t, pgadvisory.ErrLocked, other(ctx, key, sessNotCalled(t)))
-				require.Equal(t, pgadvisory.ErrLocked, other(ctx, key, sessNotCalled(t), pgadvisory.WithShared()))
+				require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, key, notCalled(t)))
+				require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t)))
+				require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()))
 				// Still the same single holder.
-				require.Equal(t, holder.PID, sessHolder(t, e.db, key).PID)
+				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 			}
 			return nil
 		})
@@ -170,76 +114,76 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 		require.Len(t, txids, 3)
 		require.NotEqual(t, txids[0], txids[2], "fn's work ran in separate transactions")
 		// Control: the same checks succeed once the session is over.
-		sessRequireFree(t, e, other, key)
+		requireSessionFree(t, e, other, key)
 	})
 }
 
 func TestSessionReleasedWhenFnEnds(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		t.Run("return", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, run(ctx, key, func(context.Context) error {
-				sessHolder(t, e.db, key)
+			require.NoError(t, door.RunSession(ctx, key, func(context.Context) error {
+				e.w.Holder(t, key)
 				return nil
 			}))
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 		t.Run("error", func(t *testing.T) {
 			key := testdb.Key(t)
 			boom := errors.New("boom")
-			err := run(ctx, key, func(context.Context) error {
-				sessHolder(t, e.db, key)
+			err := door.RunSession(ctx, key, func(context.Context) error {
+				e.w.Holder(t, key)
 				return boom
 			})
 			require.ErrorIs(t, err, boom)
 			require.NotErrorIs(t, err, pgadvisory.ErrLockLost)
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 		t.Run("panic", func(t *testing.T) {
 			key := testdb.Key(t)
 			require.PanicsWithValue(t, "boom", func() {
-				_ = run(ctx, key, func(context.Context) error {
-					sessHolder(t, e.db, key)
+				_ = door.RunSession(ctx, key, func(context.Context) error {
+					e.w.Holder(t, key)
 					panic("boom")
 				})
 			})
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 	})
 }
 
 func TestSessionContention(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		t.Run("transaction lock holds it", func(t *testing.T) {
 			key := testdb.Key(t)
 			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error {
-				holder := sessHolder(t, e.db, key)
-				err := run(ctx, key, sessNotCalled(t))
+				holder := e.w.Holder(t, key)
+				err := door.RunSession(ctx, key, notCalled(t))
 				require.Equal(t, pgadvisory.ErrLocked, err, "ErrLocked is returned as is")
 				// The loser took nothing.
-				require.Equal(t, holder.PID, sessHolder(t, e.db, key).PID)
+				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 				return nil
 			}))
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 		t.Run("session lock holds it", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, other(ctx, key, func(ctx context.Context) error {
-				holder := sessHolder(t, e.db, key)
-				require.Equal(t, pgadvisory.ErrLocked, run(ctx, key, sessNotCalled(t)))
-				require.Equal(t, pgadvisory.ErrLocked, run(ctx, key, sessNotCalled(t), pgadvisory.WithShared()))
-				require.Equal(t, holder.PID, sessHolder(t, e.db, key).PID)
+			require.NoError(t, other.RunSession(ctx, key, func(ctx context.Context) error {
+				holder := e.w.Holder(t, key)
+				require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, key, notCalled(t)))
+				require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()))
+				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 				return nil
 			}))
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 		t.Run("observer sees contention", func(t *testing.T) {
 			key := testdb.Key(t)
 			var events []pgadvisory.Event
-			require.NoError(t, other(ctx, key, func(ctx context.Context) error {
-				err := run(ctx, key, sessNotCalled(t), pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
+			require.NoError(t, other.RunSession(ctx, key, func(ctx context.Context) error {
+				err := door.RunSession(ctx, key, notCalled(t), pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
 				require.Equal(t, pgadvisory.ErrLocked, err)
 				return nil
 			}))
@@ -252,16 +196,16 @@ func TestSessionContention(t *testing.T) {
 }
 
 func TestSessionShared(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		readers := 0
-		require.NoError(t, run(ctx, key, func(ctx context.Context) error {
-			require.Equal(t, "ShareLock", sessHolder(t, e.db, key).Mode)
+		require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
+			require.Equal(t, "ShareLock", e.w.Holder(t, key).Mode)
 			// Another reader gets in, on either front door.
-			require.NoError(t, other(ctx, key, func(context.Context) error {
+			require.NoError(t, other.RunSession(ctx, key, func(context.Context) error {
 				readers++
-				holds := sessHolds(t, e.db, key)
+				holds := e.w.Holds(t, key)
 				require.Len(t, holds, 2, "two shared holders: %+v", holds)
 				for _, h := range holds {
 					require.Equal(t, "ShareLock", h.Mode)
@@ -270,7 +214,7 @@ func TestSessionShared(t *testing.T) {
 			}, pgadvisory.WithShared()))
 			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { readers++; return nil }, pgadvisory.WithShared()))
 			// Writers are excluded.
-			require.Equal(t, pgadvisory.ErrLocked, other(ctx, key, sessNotCalled(t)))
+			require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t)))
 			require.Equal(t, pgadvisory.ErrLocked, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
 				t.Error("exclusive transaction lock ran under a shared session lock")
 				return nil
@@ -278,55 +222,55 @@ func TestSessionShared(t *testing.T) {
 			return nil
 		}, pgadvisory.WithShared()))
 		require.Equal(t, 2, readers)
-		sessRequireFree(t, e, other, key)
+		requireSessionFree(t, e, other, key)
 
 		// Control: an exclusive session excludes readers.
-		require.NoError(t, run(ctx, key, func(ctx context.Context) error {
-			require.Equal(t, pgadvisory.ErrLocked, other(ctx, key, sessNotCalled(t), pgadvisory.WithShared()))
+		require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
+			require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()))
 			return nil
 		}))
-		sessRequireFree(t, e, other, key)
+		requireSessionFree(t, e, other, key)
 	})
 }
 
 func TestSessionMultipleLocks(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		k1, k2, k3 := testdb.Key(t), testdb.Key(t), testdb.Key(t)
 
 		t.Run("all held while fn runs", func(t *testing.T) {
-			require.NoError(t, run(ctx, k1, func(ctx context.Context) error {
-				holds := sessHolds(t, e.db, k1, k2, k3)
+			require.NoError(t, door.RunSession(ctx, k1, func(ctx context.Context) error {
+				holds := e.w.Holds(t, k1, k2, k3)
 				require.Len(t, holds, 3, "%+v", holds)
 				for _, h := range holds {
 					require.Equal(t, holds[0].PID, h.PID, "one backend holds the set")
 				}
 				for _, k := range []int64{k1, k2, k3} {
-					require.Equal(t, pgadvisory.ErrLocked, other(ctx, k, sessNotCalled(t)))
+					require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, k, notCalled(t)))
 				}
 				return nil
 			}, pgadvisory.WithLocks(k3, k2, k2)))
-			require.Empty(t, sessHolds(t, e.db, k1, k2, k3))
+			require.Empty(t, e.w.Holds(t, k1, k2, k3))
 		})
 
 		t.Run("none after a partial grant", func(t *testing.T) {
 			// k3, the highest key, is held elsewhere: the set's statement takes
 			// k1 and k2 before it finds k3 taken.
 			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, k3, func(*sql.Tx) error {
-				holder := sessHolder(t, e.db, k3)
+				holder := e.w.Holder(t, k3)
 				for range 3 {
-					err := run(ctx, k1, sessNotCalled(t), pgadvisory.WithLocks(k2, k3))
+					err := door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3))
 					require.Equal(t, pgadvisory.ErrLocked, err)
 					// Nothing of the set stays locked on any connection,
 					// pooled or not.
-					require.Empty(t, sessHolds(t, e.db, k1, k2))
-					require.Equal(t, holder.PID, sessHolder(t, e.db, k3).PID)
+					require.Empty(t, e.w.Holds(t, k1, k2))
+					require.Equal(t, holder.PID, e.w.Holder(t, k3).PID)
 				}
 				// The rest of the set is free for others.
-				require.NoError(t, other(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithLocks(k2)))
+				require.NoError(t, other.RunSession(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithLocks(k2)))
 				return nil
 			}))
-			require.Empty(t, sessHolds(t, e.db, k1, k2, k3))
+			require.Empty(t, e.w.Holds(t, k1, k2, k3))
 		})
 
 		t.Run("control: a partial grant is real and visible", func(t *testing.T) {
@@ -345,12 +289,12 @@ func TestSessionMultipleLocks(t *testing.T) {
 					"SELECT pg_try_advisory_lock($1) AND pg_try_advisory_lock($2) AND pg_try_advisory_lock($3)",
 					k1, k2, k3).Scan(&granted))
 				require.False(t, granted)
-				holds := sessHolds(t, e.db, k1, k2)
+				holds := e.w.Holds(t, k1, k2)
 				require.Len(t, holds, 2, "%+v", holds)
 				require.Equal(t, "idle", holds[0].State)
 				return nil
 			}))
-			require.Empty(t, sessHolds(t, e.db, k1, k2, k3))
+			require.Empty(t, e.w.Holds(t, k1, k2, k3))
 		})
 	})
 }
@@ -358,46 +302,46 @@ func TestSessionMultipleLocks(t *testing.T) {
 func TestSessionNoLockLeftOnPool(t *testing.T) {
 	// A small pool, so that the calls below reuse the same few connections
 	// over and over.
-	sessForEach(t, 3, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 3, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		k1, k2, k3 := testdb.Key(t), testdb.Key(t), testdb.Key(t)
 		boom := errors.New("boom")
 		cases := []func(){
-			func() { require.NoError(t, run(ctx, k1, func(context.Context) error { return nil })) },
+			func() { require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error { return nil })) },
 			func() {
-				require.ErrorIs(t, run(ctx, k1, func(context.Context) error { return boom }), boom)
+				require.ErrorIs(t, door.RunSession(ctx, k1, func(context.Context) error { return boom }), boom)
 			},
 			func() {
-				require.Panics(t, func() { _ = run(ctx, k1, func(context.Context) error { panic("boom") }) })
+				require.Panics(t, func() { _ = door.RunSession(ctx, k1, func(context.Context) error { panic("boom") }) })
 			},
 			func() {
-				require.NoError(t, run(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithShared(), pgadvisory.WithLocks(k2, k3)))
+				require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithShared(), pgadvisory.WithLocks(k2, k3)))
 			},
 			func() {
-				require.NoError(t, run(ctx, k1, func(ctx context.Context) error {
-					require.Equal(t, pgadvisory.ErrLocked, other(ctx, k1, sessNotCalled(t), pgadvisory.WithLocks(k2)))
+				require.NoError(t, door.RunSession(ctx, k1, func(ctx context.Context) error {
+					require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2)))
 					return nil
 				}))
 			},
 			func() {
-				require.NoError(t, other(ctx, k3, func(ctx context.Context) error {
-					require.Equal(t, pgadvisory.ErrLocked, run(ctx, k1, sessNotCalled(t), pgadvisory.WithLocks(k2, k3)))
+				require.NoError(t, other.RunSession(ctx, k3, func(ctx context.Context) error {
+					require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3)))
 					return nil
 				}))
 			},
 		}
 		for i := range 4 * len(cases) {
 			cases[i%len(cases)]()
-			require.Empty(t, sessHolds(t, e.db, k1, k2, k3), "after case %d", i%len(cases))
+			require.Empty(t, e.w.Holds(t, k1, k2, k3), "after case %d", i%len(cases))
 		}
 	})
 }
 
-// TestSessionLeakCheckControl shows that sessHolds sees a session lock left
+// TestSessionLeakCheckControl shows that witness.Holds sees a session lock left
 // on an idle pooled connection, the failure TestSessionNoLockLeftOnPool
 // would catch.
 func TestSessionLeakCheckControl(t *testing.T) {
-	ctx := sessCtx(t)
+	ctx := testdb.Context(t)
 	db := testdb.DB(t)
 	leaky := testdb.DB(t)
 	key := testdb.Key(t)
@@ -406,24 +350,24 @@ func TestSessionLeakCheckControl(t *testing.T) {
 	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key)
 	require.NoError(t, err)
 	require.NoError(t, conn.Close()) // back to the pool, lock and all
-	holds := sessHolds(t, db, key)
+	holds := witness.Of(db).Holds(t, key)
 	require.Len(t, holds, 1)
 	require.Equal(t, "idle", holds[0].State)
 	require.NoError(t, leaky.Close()) // closing the connections releases it
-	require.Eventually(t, func() bool { return len(sessHolds(t, db, key)) == 0 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(witness.Of(db).Holds(t, key)) == 0 }, 30*time.Second, 20*time.Millisecond)
 }
 
 func TestSessionLockLost(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
-		ctx := sessCtx(t)
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
+		ctx := testdb.Context(t)
 		interval := pgadvisory.WithCheckInterval(50 * time.Millisecond)
 
 		t.Run("backend terminated", func(t *testing.T) {
 			key := testdb.Key(t)
 			var cause error
 			var events []pgadvisory.Event
-			err := run(ctx, key, func(ctx context.Context) error {
-				holder := sessHolder(t, e.db, key)
+			err := door.RunSession(ctx, key, func(ctx context.Context) error {
+				holder := e.w.Holder(t, key)
 				var ok bool
 				require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
 				require.True(t, ok)
@@ -453,36 +397,36 @@ func TestSessionLockLost(t *testing.T) {
 			require.ErrorIs(t, events[2].Err, pgadvisory.ErrLockLost)
 
 			// The dead backend took the lock with it.
-			require.Eventually(t, func() bool { return len(sessHolds(t, e.db, key)) == 0 }, 30*time.Second, 20*time.Millisecond)
-			sessRequireFree(t, e, other, key)
+			require.Eventually(t, func() bool { return len(e.w.Holds(t, key)) == 0 }, 30*time.Second, 20*time.Millisecond)
+			requireSessionFree(t, e, other, key)
 		})
 
 		t.Run("control: no loss, no cancelation", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, run(ctx, key, func(ctx context.Context) error {
+			require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
 				// Ten check intervals pass without the context being canceled.
 				select {
 				case <-ctx.Done():
 					t.Errorf("fn's context canceled although the lock is held: %v", context.Cause(ctx))
 				case <-time.After(500 * time.Millisecond):
 				}
-				sessHolder(t, e.db, key)
+				e.w.Holder(t, key)
 				return nil
 			}, interval))
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 	})
 }
 
 func TestSessionParentContext(t *testing.T) {
-	sessForEach(t, 0, func(t *testing.T, e *sessEnv, run, other sessRunFunc) {
+	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
 		t.Run("canceled while fn runs", func(t *testing.T) {
 			key := testdb.Key(t)
-			ctx, cancel := context.WithCancel(sessCtx(t))
+			ctx, cancel := context.WithCancel(testdb.Context(t))
 			defer cancel()
 			var cause error
-			err := run(ctx, key, func(fctx context.Context) error {
-				sessHolder(t, e.db, key)
+			err := door.RunSession(ctx, key, func(fctx context.Context) error {
+				e.w.Holder(t, key)
 				cancel()
 				select {
 				case <-fctx.Done():
@@ -496,26 +440,26 @@ func TestSessionParentContext(t *testing.T) {
 			require.NotErrorIs(t, cause, pgadvisory.ErrLockLost)
 			require.ErrorIs(t, err, context.Canceled)
 			require.NotErrorIs(t, err, pgadvisory.ErrLockLost)
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 		t.Run("canceled, fn returns nil anyway", func(t *testing.T) {
 			key := testdb.Key(t)
-			ctx, cancel := context.WithCancel(sessCtx(t))
+			ctx, cancel := context.WithCancel(testdb.Context(t))
 			defer cancel()
-			err := run(ctx, key, func(context.Context) error {
+			err := door.RunSession(ctx, key, func(context.Context) error {
 				cancel()
 				return nil
 			})
 			require.ErrorIs(t, err, context.Canceled)
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 		t.Run("canceled before the call", func(t *testing.T) {
 			key := testdb.Key(t)
-			ctx, cancel := context.WithCancel(sessCtx(t))
+			ctx, cancel := context.WithCancel(testdb.Context(t))
 			cancel()
-			err := run(ctx, key, sessNotCalled(t))
+			err := door.RunSession(ctx, key, notCalled(t))
 			require.ErrorIs(t, err, context.Canceled)
-			sessRequireFree(t, e, other, key)
+			requireSessionFree(t, e, other, key)
 		})
 	})
 }

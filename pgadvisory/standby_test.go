@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -69,35 +70,31 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	doors := []struct {
+	entries := []struct {
 		name string
-		run  func(called *bool) error
+		run  func(d frontdoor.Door, called *bool) error
 	}{
-		{"RunExclusive", func(called *bool) error {
-			return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { *called = true; return nil })
+		{"RunExclusive", func(d frontdoor.Door, called *bool) error {
+			return d.RunExclusive(ctx, key, func(frontdoor.Tx) error { *called = true; return nil })
 		}},
-		{"RunExclusivePgx", func(called *bool) error {
-			return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { *called = true; return nil })
-		}},
-		{"RunSession", func(called *bool) error {
-			return pgadvisory.RunSession(ctx, db, key, func(context.Context) error { *called = true; return nil })
-		}},
-		{"RunSessionPgx", func(called *bool) error {
-			return pgadvisory.RunSessionPgx(ctx, pool, key, func(context.Context) error { *called = true; return nil })
+		{"RunSession", func(d frontdoor.Door, called *bool) error {
+			return d.RunSession(ctx, key, func(context.Context) error { *called = true; return nil })
 		}},
 	}
-	for _, d := range doors {
-		t.Run(d.name, func(t *testing.T) {
-			called := false
-			err := d.run(&called)
-			require.ErrorIs(t, err, pgadvisory.ErrStandby)
-			require.False(t, called, "fn ran on a standby")
-			var e *pgadvisory.Error
-			require.ErrorAs(t, err, &e)
-			require.Equal(t, []int64{key}, e.LockIDs)
-			// Nothing stays locked on the standby's connections.
-			require.Zero(t, sbLocks(t, raw, key))
-		})
+	for _, d := range []frontdoor.Door{frontdoor.OnDB(db), frontdoor.OnPool(pool)} {
+		for _, entry := range entries {
+			t.Run(d.Label()+"/"+entry.name, func(t *testing.T) {
+				called := false
+				err := entry.run(d, &called)
+				require.ErrorIs(t, err, pgadvisory.ErrStandby)
+				require.False(t, called, "fn ran on a standby")
+				var e *pgadvisory.Error
+				require.ErrorAs(t, err, &e)
+				require.Equal(t, []int64{key}, e.LockIDs)
+				// Nothing stays locked on the standby's connections.
+				require.Zero(t, sbLocks(t, raw, key))
+			})
+		}
 	}
 	require.Equal(t, 1, sbLocks(t, holder, key), "the primary still holds the key")
 }
