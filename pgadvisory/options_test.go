@@ -17,21 +17,9 @@ import (
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
-
-// advisoryLocks counts advisory locks on keys in this package's database, as
-// pg_locks shows them to db's own (uninvolved) connection: granted ones, or
-// with granted=false the requests still waiting.
-func advisoryLocks(t *testing.T, db *sql.DB, granted bool, keys ...int64) int {
-	t.Helper()
-	var n int
-	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_catalog.pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1 AND granted = $2
-  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-  AND ((classid::bigint << 32) | objid::bigint) = ANY($1)`, keys, granted).Scan(&n))
-	return n
-}
 
 // noop is an fn that does nothing.
 func noop(frontdoor.Tx) error { return nil }
@@ -76,7 +64,7 @@ func TestOptionLocksAllOrNothing(t *testing.T) {
 		keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)} // ascending
 		for busy := range keys {
 			release := door.Hold(t, keys[busy], nil)
-			require.Equal(t, 1, advisoryLocks(t, check, true, keys[busy]), "checker sees the held lock")
+			require.Equal(t, 1, witness.Of(check).Locks(t, true, keys[busy]), "checker sees the held lock")
 
 			called := false
 			err := door.RunExclusive(ctx, keys[0], func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithLocks(keys[1:]...))
@@ -89,18 +77,18 @@ func TestOptionLocksAllOrNothing(t *testing.T) {
 					others = append(others, k)
 				}
 			}
-			require.Eventually(t, func() bool { return advisoryLocks(t, check, true, others...) == 0 },
+			require.Eventually(t, func() bool { return witness.Of(check).Locks(t, true, others...) == 0 },
 				10*time.Second, 5*time.Millisecond, "busy key #%d: the other locks of the set must not stay held", busy)
-			require.Equal(t, 1, advisoryLocks(t, check, true, keys...), "only the holder's lock remains")
+			require.Equal(t, 1, witness.Of(check).Locks(t, true, keys...), "only the holder's lock remains")
 			require.NoError(t, release())
 		}
 
 		// With nothing held, the whole set is granted together.
 		require.NoError(t, door.RunExclusive(ctx, keys[2], func(frontdoor.Tx) error {
-			require.Equal(t, 3, advisoryLocks(t, check, true, keys...))
+			require.Equal(t, 3, witness.Of(check).Locks(t, true, keys...))
 			return nil
 		}, pgadvisory.WithLocks(keys[1], keys[0])))
-		require.Eventually(t, func() bool { return advisoryLocks(t, check, true, keys...) == 0 },
+		require.Eventually(t, func() bool { return witness.Of(check).Locks(t, true, keys...) == 0 },
 			10*time.Second, 5*time.Millisecond)
 	})
 }
@@ -116,7 +104,7 @@ func TestOptionLocksDuplicates(t *testing.T) {
 		observe := pgadvisory.WithObserver(func(e pgadvisory.Event) { events = append(events, e) })
 
 		require.NoError(t, door.RunExclusive(ctx, b, func(frontdoor.Tx) error {
-			require.Equal(t, 2, advisoryLocks(t, check, true, a, b))
+			require.Equal(t, 2, witness.Of(check).Locks(t, true, a, b))
 			return nil
 		}, pgadvisory.WithLocks(a, b, a, b, b), observe))
 		require.NotEmpty(t, events)
@@ -153,7 +141,7 @@ func TestOptionWaitZero(t *testing.T) {
 				return tx.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&seen)
 			}, pgadvisory.WithWait(0))
 		}()
-		require.Eventually(t, func() bool { return advisoryLocks(t, check, false, key) == 1 },
+		require.Eventually(t, func() bool { return witness.Of(check).Locks(t, false, key) == 1 },
 			10*time.Second, 5*time.Millisecond, "the second call waits on the server")
 		select {
 		case err := <-done:
