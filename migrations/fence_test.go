@@ -3,18 +3,16 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
-	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // The fencing tests drive the SQL contract of 00002_fencing.sql with raw
@@ -31,14 +29,6 @@ const (
 	codeTruncate    = "LF003"
 	codeLockTimeout = "55P03"
 )
-
-// migrated returns the package database with lockgen's migrations applied.
-func migrated(t *testing.T) *sql.DB {
-	t.Helper()
-	db := testdb.DB(t)
-	require.NoError(t, pgadvisory.Migrate(context.Background(), db))
-	return db
-}
 
 // nextToken draws a token as the lock statement does.
 func nextToken(t *testing.T, db *sql.DB) int64 {
@@ -85,20 +75,6 @@ func write(db *sql.DB, token int64, stmts ...string) error {
 	return tx.Commit()
 }
 
-// requireCode requires a PostgreSQL error with SQLSTATE code whose message
-// starts with "pgadvisory: " when it is one of lockgen's.
-func requireCode(t *testing.T, err error, code string, msgAndArgs ...any) *pgconn.PgError {
-	t.Helper()
-	require.Error(t, err, msgAndArgs...)
-	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
-	require.Equal(t, code, pgErr.Code, "%s %v", pgErr.Message, fmt.Sprint(msgAndArgs...))
-	if strings.HasPrefix(code, "LF") {
-		require.True(t, strings.HasPrefix(pgErr.Message, "pgadvisory: "), pgErr.Message)
-	}
-	return pgErr
-}
-
 // queryInts returns the first column of q as int64s.
 func queryInts(t *testing.T, db *sql.DB, q string, args ...any) []int64 {
 	t.Helper()
@@ -139,7 +115,7 @@ func fencedTable(t *testing.T, db *sql.DB, schema, name string, lock int64, poli
 }
 
 func TestFenceAcceptsCurrentTokenAndStamps(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencedTable(t, db, testdb.Schema(t), "account", lock, "strict")
 	t1 := nextToken(t, db)
@@ -166,7 +142,7 @@ func TestFenceAcceptsCurrentTokenAndStamps(t *testing.T) {
 }
 
 func TestFenceRejectsStaleToken(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	schema := testdb.Schema(t)
 	table := fencedTable(t, db, schema, "account", lock, "strict")
@@ -199,17 +175,17 @@ func TestFenceRejectsStaleToken(t *testing.T) {
 		"upsert new row": `INSERT INTO ` + table + ` (id, balance) VALUES (9, 0) ON CONFLICT (id) DO UPDATE SET balance = 0`,
 	}
 	for what, stmt := range stale {
-		e := requireCode(t, write(db, t1, stmt), codeStale, what)
+		e := sqlstate.Require(t, write(db, t1, stmt), codeStale, what)
 		require.Contains(t, e.Message, fmt.Sprintf("stale fencing token %d", t1), what)
 	}
-	e := requireCode(t, write(db, t1, `UPDATE `+table+` SET balance = 0 WHERE id = 2`), codeStale)
+	e := sqlstate.Require(t, write(db, t1, `UPDATE `+table+` SET balance = 0 WHERE id = 2`), codeStale)
 	require.Equal(t, fmt.Sprintf("pgadvisory: stale fencing token %d for lock %d (current token %d)", t1, lock, t2), e.Message)
 	// Row 1 carries T2 already: the per-row check refuses going back.
-	e = requireCode(t, write(db, 0, fmt.Sprintf(`UPDATE %s SET balance = 0, fencing_token = %d WHERE id = 1`, table, t1)), codeStale)
+	e = sqlstate.Require(t, write(db, 0, fmt.Sprintf(`UPDATE %s SET balance = 0, fencing_token = %d WHERE id = 1`, table, t1)), codeStale)
 	require.Contains(t, e.Message, fmt.Sprintf("already carries token %d", t2))
-	requireCode(t, write(db, 0, fmt.Sprintf(`INSERT INTO %s VALUES (3, 300, %d)`, table, t1)), codeStale)
+	sqlstate.Require(t, write(db, 0, fmt.Sprintf(`INSERT INTO %s VALUES (3, 300, %d)`, table, t1)), codeStale)
 	// A legacy UPDATE that does not set the column inherits row 2's T1.
-	requireCode(t, write(db, 0, `UPDATE `+table+` SET balance = 0 WHERE id = 2`), codeStale)
+	sqlstate.Require(t, write(db, 0, `UPDATE `+table+` SET balance = 0 WHERE id = 2`), codeStale)
 
 	// Nothing of the zombie's landed.
 	require.Equal(t, []int64{150, 200}, queryInts(t, db, `SELECT balance FROM `+table+` ORDER BY id`))
@@ -229,16 +205,16 @@ func TestFenceRejectsStaleToken(t *testing.T) {
 }
 
 func TestFenceUnpublishedLock(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencedTable(t, db, testdb.Schema(t), "account", lock, "strict")
 	tok := nextToken(t, db)
-	e := requireCode(t, write(db, tok, `INSERT INTO `+table+` (id, balance) VALUES (1, 1)`), codeStale)
+	e := sqlstate.Require(t, write(db, tok, `INSERT INTO `+table+` (id, balance) VALUES (1, 1)`), codeStale)
 	require.Contains(t, e.Message, "never published")
 }
 
 func TestFenceMissingToken(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	schema := testdb.Schema(t)
 	strict := fencedTable(t, db, schema, "strict", lock, "strict")
@@ -255,11 +231,11 @@ func TestFenceMissingToken(t *testing.T) {
 		"delete":      `DELETE FROM ` + strict + ` WHERE id = 1`,
 		"update null": `UPDATE ` + strict + ` SET fencing_token = NULL WHERE id = 1`,
 	} {
-		e := requireCode(t, write(db, 0, stmt), codeMissing, what)
+		e := sqlstate.Require(t, write(db, 0, stmt), codeMissing, what)
 		require.Contains(t, e.Message, "carries no fencing token", what)
 		require.NotEmpty(t, e.Hint)
 	}
-	requireCode(t, write(db, 0, `TRUNCATE `+strict), codeMissing)
+	sqlstate.Require(t, write(db, 0, `TRUNCATE `+strict), codeMissing)
 	require.Equal(t, []int64{1}, queryInts(t, db, `SELECT id FROM `+strict))
 
 	// Permissive: they pass untouched (no stamp), as does TRUNCATE.
@@ -269,22 +245,22 @@ func TestFenceMissingToken(t *testing.T) {
 	require.Equal(t, []int64{-1}, queryInts(t, db, `SELECT fencing_token FROM `+permissive))
 	require.NoError(t, write(db, 0, `TRUNCATE `+permissive))
 	// A token, when carried, is still checked in permissive mode.
-	requireCode(t, write(db, tok+1000, `INSERT INTO `+permissive+` (id, balance) VALUES (3, 300)`), codeStale)
+	sqlstate.Require(t, write(db, tok+1000, `INSERT INTO `+permissive+` (id, balance) VALUES (3, 300)`), codeStale)
 }
 
 func TestFenceBadTriggerArguments(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	schema := testdb.Schema(t)
 	for _, args := range []string{`'1', 'lenient'`, `'1'`, ``} {
 		_, err := db.Exec(`DROP TABLE IF EXISTS ` + schema + `.bad; CREATE TABLE ` + schema + `.bad (id int, fencing_token bigint);
 			CREATE TRIGGER f BEFORE INSERT ON ` + schema + `.bad FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check(` + args + `)`)
 		require.NoError(t, err)
-		requireCode(t, write(db, 1, `INSERT INTO `+schema+`.bad VALUES (1, 1)`), "22023", args)
+		sqlstate.Require(t, write(db, 1, `INSERT INTO `+schema+`.bad VALUES (1, 1)`), "22023", args)
 	}
 	_, err := db.Exec(`CREATE TABLE ` + schema + `.badp (id int, fencing_token bigint);
 		CREATE TRIGGER f BEFORE INSERT ON ` + schema + `.badp FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param('a.b', 'strict', 'tenant_id')`)
 	require.NoError(t, err)
-	requireCode(t, write(db, 1, `INSERT INTO `+schema+`.badp VALUES (1, 1)`), "42703")
+	sqlstate.Require(t, write(db, 1, `INSERT INTO `+schema+`.badp VALUES (1, 1)`), "42703")
 }
 
 // TestFenceSameTokenWritersDoNotBlock: two transactions with the same token
@@ -292,7 +268,7 @@ func TestFenceBadTriggerArguments(t *testing.T) {
 // had it waited for the first, its lock_timeout would have failed it.
 func TestFenceSameTokenWritersDoNotBlock(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencedTable(t, db, testdb.Schema(t), "account", lock, "strict")
 	tok := nextToken(t, db)
@@ -318,7 +294,7 @@ func TestFenceSameTokenWritersDoNotBlock(t *testing.T) {
 // from then on that token is refused.
 func TestFencePublishWaitsForInFlightWrites(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencedTable(t, db, testdb.Schema(t), "account", lock, "strict")
 	t2 := nextToken(t, db)
@@ -338,7 +314,7 @@ func TestFencePublishWaitsForInFlightWrites(t *testing.T) {
 			fmt.Sprintf(`INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES (%d, %d)
 			ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token WHERE f.token < excluded.token`, lock, t3))
 	}
-	requireCode(t, publishWithTimeout(), codeLockTimeout)
+	sqlstate.Require(t, publishWithTimeout(), codeLockTimeout)
 
 	// The writer commits with T2, still current.
 	_, err = writer.Exec(`UPDATE ` + table + ` SET balance = 101 WHERE id = 1`)
@@ -347,7 +323,7 @@ func TestFencePublishWaitsForInFlightWrites(t *testing.T) {
 
 	require.NoError(t, publishWithTimeout())
 	require.Equal(t, []int64{t3}, queryInts(t, db, `SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, lock))
-	requireCode(t, write(db, t2, `UPDATE `+table+` SET balance = 0 WHERE id = 1`), codeStale)
+	sqlstate.Require(t, write(db, t2, `UPDATE `+table+` SET balance = 0 WHERE id = 1`), codeStale)
 	require.NoError(t, write(db, t3, `UPDATE `+table+` SET balance = 102 WHERE id = 1`))
 }
 
@@ -356,7 +332,7 @@ func TestFencePublishWaitsForInFlightWrites(t *testing.T) {
 // relying on the timeout).
 func TestFencePublishOrderedAfterWriter(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencedTable(t, db, testdb.Schema(t), "account", lock, "strict")
 	t2 := nextToken(t, db)
@@ -398,7 +374,7 @@ func TestFencePublishOrderedAfterWriter(t *testing.T) {
 }
 
 func TestFenceTruncateGuard(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencedTable(t, db, testdb.Schema(t), "account", lock, "strict")
 	t1 := nextToken(t, db)
@@ -407,8 +383,8 @@ func TestFenceTruncateGuard(t *testing.T) {
 	t2 := nextToken(t, db)
 	require.True(t, publish(t, db, lock, t2))
 
-	requireCode(t, write(db, 0, `TRUNCATE `+table), codeMissing)
-	requireCode(t, write(db, t1, `TRUNCATE `+table), codeStale)
+	sqlstate.Require(t, write(db, 0, `TRUNCATE `+table), codeMissing)
+	sqlstate.Require(t, write(db, t1, `TRUNCATE `+table), codeStale)
 	require.Equal(t, []int64{1}, queryInts(t, db, `SELECT id FROM `+table))
 	require.NoError(t, write(db, t2, `TRUNCATE `+table))
 	require.Empty(t, queryInts(t, db, `SELECT id FROM `+table))
@@ -430,7 +406,7 @@ func invoiceTable(t *testing.T, db *sql.DB, schema, policy string) string {
 }
 
 func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	table := invoiceTable(t, db, testdb.Schema(t), "strict")
 	// Tenants unique to this run, as lock keys must be.
 	ten1, ten2 := testdb.Key(t), testdb.Key(t)
@@ -449,45 +425,45 @@ func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
 	require.NoError(t, write(db, a1, ins(1, ten1), ins(2, ten1)))
 	require.NoError(t, write(db, b1, ins(3, ten2)))
 	// Each token writes only its own tenant's rows.
-	e := requireCode(t, write(db, a1, ins(4, ten2)), codeStale)
+	e := sqlstate.Require(t, write(db, a1, ins(4, ten2)), codeStale)
 	require.Contains(t, e.Message, fmt.Sprintf("billing.invoice(%d) = %d", ten2, lock2))
-	requireCode(t, write(db, b1, `UPDATE `+table+` SET amount = 2 WHERE id = 1`), codeStale)
+	sqlstate.Require(t, write(db, b1, `UPDATE `+table+` SET amount = 2 WHERE id = 1`), codeStale)
 
 	// A new holder of tenant 1 publishes: tenant 1's old token is stale,
 	// tenant 2's is not affected.
 	a2 := nextToken(t, db)
 	require.True(t, publish(t, db, lock1, a2))
-	requireCode(t, write(db, a1, `UPDATE `+table+` SET amount = 0 WHERE id = 1`), codeStale)
-	requireCode(t, write(db, a1, `DELETE FROM `+table+` WHERE id = 2`), codeStale)
-	requireCode(t, write(db, a1, ins(5, ten1)), codeStale)
+	sqlstate.Require(t, write(db, a1, `UPDATE `+table+` SET amount = 0 WHERE id = 1`), codeStale)
+	sqlstate.Require(t, write(db, a1, `DELETE FROM `+table+` WHERE id = 2`), codeStale)
+	sqlstate.Require(t, write(db, a1, ins(5, ten1)), codeStale)
 	require.NoError(t, write(db, b1, `UPDATE `+table+` SET amount = 30 WHERE id = 3`, ins(6, ten2)))
 	require.NoError(t, write(db, a2, `UPDATE `+table+` SET amount = 10 WHERE id = 1`, `DELETE FROM `+table+` WHERE id = 2`))
 	require.Equal(t, []int64{a2, b1, b1}, queryInts(t, db, `SELECT fencing_token FROM `+table+` ORDER BY id`))
 
 	// Moving a row to another tenant needs the token of both locks.
-	e = requireCode(t, write(db, a2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
+	e = sqlstate.Require(t, write(db, a2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
 	require.Contains(t, e.Message, fmt.Sprintf("= %d", lock2))
 	// Tenant 2's new holder (a token newer than the row's) passes the row
 	// and its own lock, but not tenant 1's, which the row leaves.
 	b2 := nextToken(t, db)
 	require.True(t, publish(t, db, lock2, b2))
-	e = requireCode(t, write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
+	e = sqlstate.Require(t, write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
 	require.Contains(t, e.Message, fmt.Sprintf("billing.invoice(%d) = %d (current token %d)", ten1, lock1, a2))
 	// Control: staying within tenant 2 passes with the same token.
 	require.NoError(t, write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 3`, table, ten2)))
 
 	// Missing token, and TRUNCATE.
-	requireCode(t, write(db, 0, ins(7, ten1)), codeMissing)
-	e = requireCode(t, write(db, a2, `TRUNCATE `+table), codeTruncate)
+	sqlstate.Require(t, write(db, 0, ins(7, ten1)), codeMissing)
+	e = sqlstate.Require(t, write(db, a2, `TRUNCATE `+table), codeTruncate)
 	require.Contains(t, e.Message, "DELETE rows instead")
-	requireCode(t, write(db, 0, `TRUNCATE `+table), codeTruncate)
+	sqlstate.Require(t, write(db, 0, `TRUNCATE `+table), codeTruncate)
 }
 
 func TestFenceParameterizedPermissiveTruncate(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	table := invoiceTable(t, db, testdb.Schema(t), "permissive")
 	require.NoError(t, write(db, 0, `INSERT INTO `+table+` (id, tenant_id, amount) VALUES (1, 1, 1)`))
-	requireCode(t, write(db, 1, `TRUNCATE `+table), codeTruncate)
+	sqlstate.Require(t, write(db, 1, `TRUNCATE `+table), codeTruncate)
 	require.NoError(t, write(db, 0, `TRUNCATE `+table))
 }
 
@@ -495,7 +471,7 @@ func TestFenceParameterizedPermissiveTruncate(t *testing.T) {
 // Go's keyspace.ParamID from int64, uuid, bool and string columns, whatever
 // spelling the values were written in.
 func TestFenceParameterCanonicalText(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	schema := testdb.Schema(t)
 	table := schema + ".export"
 	_, err := db.Exec(`CREATE TABLE ` + table + ` (n bigint, u uuid, b boolean, s text, i integer, v varchar(20), fencing_token bigint);
@@ -526,12 +502,12 @@ func TestFenceParameterCanonicalText(t *testing.T) {
 	require.NoError(t, insert(tok, "off"))
 	require.NoError(t, insert(tok, "FALSE"))
 	// Control: another parameter value is another lock, never published.
-	requireCode(t, insert(tok, "true"), codeStale)
+	sqlstate.Require(t, insert(tok, "true"), codeStale)
 }
 
 func TestFenceSequenceNeverReissues(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	var aborted int64
@@ -541,7 +517,7 @@ func TestFenceSequenceNeverReissues(t *testing.T) {
 }
 
 func TestRunOnceLedgerPrimaryKey(t *testing.T) {
-	db := migrated(t)
+	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	ins := `INSERT INTO pgadvisory.run_once (lock_id, window_key, token, holder, started_at, finished_at)
 		VALUES ($1, $2, NULL, 'host-a', now(), clock_timestamp())`
@@ -549,5 +525,5 @@ func TestRunOnceLedgerPrimaryKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ins, lock, "2026-01-03")
 	require.NoError(t, err)
-	requireCode(t, func() error { _, err := db.Exec(ins, lock, "2026-01-02"); return err }(), "23505")
+	sqlstate.Require(t, func() error { _, err := db.Exec(ins, lock, "2026-01-02"); return err }(), "23505")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/migrations"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -32,7 +33,7 @@ func registryObjects(t *testing.T, db *sql.DB) map[string]bool {
 // comes back up with the migration lock registered again.
 func TestRegistryUpDownUp(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	all := map[string]bool{"pgadvisory.registry": true, "pgadvisory.registry_declaration": true,
 		"pgadvisory.status": true, "pgadvisory.register_instance": true, "pgadvisory.fence": true}
 	require.Equal(t, all, registryObjects(t, db))
@@ -62,7 +63,7 @@ func TestRegistryUpDownUp(t *testing.T) {
 // idle session.
 func TestStatusViewNamesTheMigrationLock(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
@@ -98,7 +99,7 @@ func TestStatusViewNamesTheMigrationLock(t *testing.T) {
 // not this database's lock and is not listed.
 func TestStatusViewIsPerDatabase(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t)
+	db := migrated.DB(t)
 	key := testdb.Key(t)
 	other, err := sql.Open("pgx", testdb.ServerURL())
 	require.NoError(t, err)

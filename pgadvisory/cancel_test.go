@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -302,7 +303,7 @@ func TestCancelServerSide(t *testing.T) {
 				return tx.Exec(ctx, "SELECT pg_sleep(60)")
 			})
 			require.ErrorIs(t, err, context.DeadlineExceeded)
-			require.Equal(t, "57014", pgadvisory.SQLState(err), "the server canceled the statement")
+			sqlstate.Require(t, err, "57014", "the server canceled the statement")
 			require.True(t, w.LockFree(t, key), "the server stopped the statement and rolled back before the call returned")
 			require.False(t, w.Committed(t, "sleeping"))
 			requireNoLeak(t, door)

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/faultproxy"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -69,23 +69,6 @@ func requireUsableAfterKills(t *testing.T, w *witness.Witness, door frontdoor.Do
 	t.Fatalf("%s: no call committed in %d attempts", door, maxConns+1)
 }
 
-// fmRequireKind checks the *pgadvisory.Error of a failed call.
-func fmRequireKind(t *testing.T, err error, kind error, op, sqlState string) *pgadvisory.Error {
-	t.Helper()
-	require.ErrorIs(t, err, kind)
-	var pe *pgadvisory.Error
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, op, pe.Op, "%v", err)
-	require.Equal(t, sqlState, pe.SQLState, "%v", err)
-	require.Equal(t, sqlState, pgadvisory.SQLState(err))
-	if sqlState != "" {
-		var pgErr *pgconn.PgError
-		require.ErrorAs(t, err, &pgErr, "the driver's error stays reachable")
-		require.Equal(t, sqlState, pgErr.Code)
-	}
-	return pe
-}
-
 // TestFailBackendTerminated: the holder's backend is killed
 // (pg_terminate_backend) in the middle of fn. The call reports ErrConnLost
 // with SQLSTATE 57P01, nothing fn wrote is committed, the lock is free at once
@@ -109,7 +92,7 @@ func TestFailBackendTerminated(t *testing.T) {
 			require.True(t, w.LockFree(t, key), "the server released the lock with the backend")
 			return tx.Exec(ctx, "SELECT 1")
 		})
-		fmRequireKind(t, err, pgadvisory.ErrConnLost, "fn", "57P01")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "57P01")
 		require.False(t, w.Committed(t, "before-kill"))
 		require.True(t, w.LockFree(t, key))
 		requireNoLeak(t, door)
@@ -147,7 +130,7 @@ func TestFailIdleInTransactionTimeout(t *testing.T) {
 				if next == "commit" {
 					op = "commit"
 				}
-				fmRequireKind(t, err, pgadvisory.ErrConnLost, op, "25P03")
+				sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, op, "25P03")
 				require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
 				require.False(t, w.Committed(t, "idle"))
 				requireNoLeak(t, door)
@@ -174,7 +157,7 @@ func TestFailConnectionCut(t *testing.T) {
 			px.CutAll()
 			return tx.Exec(ctx, "SELECT 1")
 		})
-		fmRequireKind(t, err, pgadvisory.ErrConnLost, "fn", "")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "")
 		require.False(t, w.Committed(t, "before-cut"))
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
 		requireNoLeak(t, door)
@@ -208,7 +191,7 @@ func TestFailConnectionLostDuringCommit(t *testing.T) {
 			return w.Mark(ctx, tx, "committed-unseen")
 		})
 		require.True(t, fired.Load(), "the hook saw the COMMIT")
-		fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
 		require.Eventually(t, func() bool { return w.Committed(t, "committed-unseen") }, 30*time.Second, 10*time.Millisecond,
 			"the server committed although the client never heard so")
@@ -253,7 +236,7 @@ func TestFailDeadlockInFn(t *testing.T) {
 			loser = 1
 		}
 		require.NoError(t, errs[1-loser], "the survivor commits")
-		fmRequireKind(t, errs[loser], pgadvisory.ErrDeadlock, "fn", "40P01")
+		sqlstate.RequireTyped(t, errs[loser], pgadvisory.ErrDeadlock, "fn", "40P01")
 		require.False(t, w.Committed(t, "call"+strconv.Itoa(loser)))
 		require.True(t, w.Committed(t, "call"+strconv.Itoa(1-loser)))
 		require.True(t, w.LockFree(t, keys[0]))
@@ -441,7 +424,7 @@ func TestFailClientGoneMidStatement(t *testing.T) {
 					}()
 					return tx.Exec(ctx, "SELECT pg_sleep(60)")
 				})
-				fmRequireKind(t, err, pgadvisory.ErrConnLost, "fn", "")
+				sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "")
 				require.False(t, w.Committed(t, "vanished"))
 				if !checked {
 					require.True(t, w.BackendAlive(t, pid))

@@ -15,6 +15,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -169,7 +170,7 @@ func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
 		key := testdb.Key(t)
 		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-commit", "PgSleep")
-		fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
 		require.False(t, w.Committed(t, "in-commit"), "killed before the commit record: rolled back")
 		require.True(t, w.LockFree(t, key))
@@ -270,7 +271,7 @@ func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(onSyncRepCluster(t, c)))
 		key := testdb.Key(t)
 		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-syncrep", "SyncRep")
-		fmRequireKind(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
 		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
 			"killed after the commit record: committed locally")

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -32,7 +33,7 @@ import (
 func fbTables(b *testing.B, pool *pgxpool.Pool, key int64) (plain, fenced string) {
 	b.Helper()
 	ctx := context.Background()
-	admin := fenMigrate(b)
+	admin := migrated.DB(b)
 	schema := testdb.Schema(b)
 	plain = fenTable(b, admin, schema, "plain", key, "")
 	fenced = fenTable(b, admin, schema, "fenced", key, "strict")

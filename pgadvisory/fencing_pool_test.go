@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -17,7 +18,7 @@ import (
 // ErrInvalidArgument, before any lock or token; the same pool runs unfenced
 // calls (control: the pool itself is fine).
 func TestFencingPoolOfOne(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, door := range frontdoor.OpenAll(t, frontdoor.MaxConns(1)) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
@@ -44,7 +45,7 @@ func TestFencingPoolOfOne(t *testing.T) {
 // lock is released and no connection leaks. Once a connection is free again
 // the same call succeeds (control: exhaustion was the only cause).
 func TestFencingPoolExhausted(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, door := range frontdoor.OpenAll(t, frontdoor.MaxConns(2)) {
 		t.Run(door.Label(), func(t *testing.T) {
 			key := testdb.Key(t)

@@ -20,10 +20,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -47,15 +48,6 @@ func fencingDoors(t *testing.T, params map[string]string) []frontdoor.Door {
 		doors[i] = lock.WithWrites(frontdoor.Open(t, drv, frontdoor.MaxConns(4)))
 	}
 	return doors
-}
-
-// fenMigrate applies lockgen's schema to the package database (again: the
-// migration tests drop it) and returns an admin handle.
-func fenMigrate(t testing.TB) *sql.DB {
-	t.Helper()
-	db := testdb.DB(t)
-	require.NoError(t, pgadvisory.Migrate(context.Background(), db))
-	return db
 }
 
 // fenTable creates schema.name (id, balance, fencing_token) and, unless
@@ -111,20 +103,6 @@ func fenSeqLast(t testing.TB, db *sql.DB) int64 {
 	var n sql.NullInt64
 	require.NoError(t, db.QueryRow(`SELECT last_value FROM pg_catalog.pg_sequences WHERE schemaname = 'pgadvisory' AND sequencename = 'fencing_token_seq'`).Scan(&n))
 	return n.Int64
-}
-
-// fenRequireCode checks that err carries the server's SQLSTATE code, through
-// the typed error and through a *pgconn.PgError.
-func fenRequireCode(t testing.TB, err error, kind error, code string) {
-	t.Helper()
-	require.Error(t, err)
-	if kind != nil {
-		require.ErrorIs(t, err, kind)
-	}
-	require.Equal(t, code, pgadvisory.SQLState(err), "%v", err)
-	var pgErr *pgconn.PgError
-	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, code, pgErr.Code)
 }
 
 // ---- 1. Stale writer under a pause -----------------------------------------
@@ -293,9 +271,9 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 			require.NoError(t, w.err)
 			require.Zero(t, w.rows, "A's re-publish must not replace B's token")
 		case "column_token":
-			fenRequireCode(t, w.err, nil, "LF001")
+			sqlstate.Require(t, w.err, "LF001")
 		default:
-			fenRequireCode(t, w.err, pgadvisory.ErrStaleToken, "LF001")
+			sqlstate.RequireKind(t, w.err, pgadvisory.ErrStaleToken, "LF001")
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, w.err, &pe, w.name)
 		}
@@ -312,7 +290,7 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 }
 
 func TestFencingStaleWriterUnderPause(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, loss := range []string{"terminate", "idle_timeout"} {
 		t.Run(loss, func(t *testing.T) {
 			var params map[string]string
@@ -329,7 +307,7 @@ func TestFencingStaleWriterUnderPause(t *testing.T) {
 // TestFencingStaleWriterControl runs the same sequence on a table without
 // the trigger: A's late writes overwrite B's.
 func TestFencingStaleWriterControl(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, door := range fencingDoors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) { fenStaleWriter(t, admin, door, "terminate", false) })
 	}
@@ -413,7 +391,7 @@ func fenStartHolder(ctx context.Context, door frontdoor.Door, key int64, tbl str
 }
 
 func TestFencingPublishOrdering(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	doors := fencingDoors(t, nil)
 
 	// (a) The next holder's publish waits for the write in flight with the
@@ -451,7 +429,7 @@ func TestFencingPublishOrdering(t *testing.T) {
 			err := door.RunFenced(ctx, t1, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (3, 0)`)
 			})
-			fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
+			sqlstate.RequireKind(t, err, pgadvisory.ErrStaleToken, "LF001")
 			require.Len(t, fenRows(t, admin, tbl), 2)
 		})
 	}
@@ -475,7 +453,7 @@ func TestFencingPublishOrdering(t *testing.T) {
 		_, err = tx.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`)
 		require.NoError(t, err)
 		_, err = tx.ExecContext(ctx, fenPublishSQL, key, t1+1000)
-		fenRequireCode(t, err, nil, "55P03")
+		sqlstate.Require(t, err, "55P03")
 
 		release()
 		require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"))
@@ -541,7 +519,7 @@ func TestFencingPublishOrdering(t *testing.T) {
 // ---- 3. Writers with the same token --------------------------------------------
 
 func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, door := range fencingDoors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
@@ -568,7 +546,7 @@ func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 // two same-token writers of the same row do block (the row lock), and the
 // second one's write is not done while the first is open.
 func TestFencingSameTokenControl(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	door := fencingDoors(t, nil)[1]
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
@@ -621,7 +599,7 @@ func TestFencingSameTokenControl(t *testing.T) {
 // ---- 4. Writes without a token -----------------------------------------------
 
 func TestFencingMissingToken(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, door := range fencingDoors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
@@ -647,9 +625,9 @@ func TestFencingMissingToken(t *testing.T) {
 				`INSERT INTO %s (id, balance) VALUES (2, 20)`,
 				`DELETE FROM %s WHERE id = 1`,
 			} {
-				fenRequireCode(t, unfenced(strict, q), pgadvisory.ErrMissingToken, "LF002")
+				sqlstate.RequireKind(t, unfenced(strict, q), pgadvisory.ErrMissingToken, "LF002")
 				_, err := admin.ExecContext(ctx, fmt.Sprintf(q, strict))
-				fenRequireCode(t, err, nil, "LF002")
+				sqlstate.Require(t, err, "LF002")
 			}
 			// A legacy UPDATE that does not set the column inherits the
 			// row's token: accepted while that token is current...
@@ -657,7 +635,7 @@ func TestFencingMissingToken(t *testing.T) {
 			// ...and refused once a newer holder published.
 			tok2 := fenHolder(t, ctx, door, key, nil)
 			require.Greater(t, tok2, tok)
-			fenRequireCode(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`), pgadvisory.ErrStaleToken, "LF001")
+			sqlstate.RequireKind(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`), pgadvisory.ErrStaleToken, "LF001")
 			require.Equal(t, map[int64]fenRow{1: {11, tok}}, fenRows(t, admin, strict))
 
 			// Permissive: the same token-less writes are accepted and left
@@ -671,7 +649,7 @@ func TestFencingMissingToken(t *testing.T) {
 			err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			})
-			fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
+			sqlstate.RequireKind(t, err, pgadvisory.ErrStaleToken, "LF001")
 			require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			}))
@@ -683,7 +661,7 @@ func TestFencingMissingToken(t *testing.T) {
 // TestFencingTruncateGuard: TRUNCATE fires no row trigger; the statement
 // guard refuses it without the current token (strict), like a DELETE.
 func TestFencingTruncateGuard(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	door := fencingDoors(t, nil)[0]
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
@@ -708,7 +686,7 @@ func TestFencingTruncateGuard(t *testing.T) {
 	})
 
 	_, err := admin.ExecContext(ctx, `TRUNCATE `+strict)
-	fenRequireCode(t, err, nil, "LF002")
+	sqlstate.Require(t, err, "LF002")
 	// CONTROL: the row trigger alone does not see TRUNCATE.
 	_, err = admin.ExecContext(ctx, `TRUNCATE `+unguarded)
 	require.NoError(t, err)
@@ -720,7 +698,7 @@ func TestFencingTruncateGuard(t *testing.T) {
 	err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
 		return tx.Exec(ctx, `TRUNCATE `+strict)
 	})
-	fenRequireCode(t, err, pgadvisory.ErrStaleToken, "LF001")
+	sqlstate.RequireKind(t, err, pgadvisory.ErrStaleToken, "LF001")
 	require.Len(t, fenRows(t, admin, strict), 1)
 	require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
 		return tx.Exec(ctx, `TRUNCATE `+strict)
@@ -731,7 +709,7 @@ func TestFencingTruncateGuard(t *testing.T) {
 // ---- 5. Tokens -------------------------------------------------------------------
 
 func TestFencingTokens(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	doors := fencingDoors(t, nil)
 
 	t.Run("increase_across_holders", func(t *testing.T) {
@@ -844,7 +822,7 @@ func TestFencingTokens(t *testing.T) {
 
 	t.Run("not_migrated", func(t *testing.T) {
 		ctx := testdb.Context(t)
-		name := testdb.EmptyDatabase(t)
+		name, _ := testdb.EmptyDatabase(t)
 		onEmpty := frontdoor.Configure(func(c *pgx.ConnConfig) { c.Database = name })
 		// Opened after the database, so closed before it is dropped
 		// (cleanups run last-in first-out).

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -48,7 +49,7 @@ func TestIsolationTrapControl(t *testing.T) {
 		table := newLedger(t, check)
 		res := runLedger(t, plainTxRunner(testdb.DB(t), sql.LevelSerializable, true), testdb.Key(t), table, trapWorkers, trapIters)
 		for _, err := range res.errs {
-			require.Equal(t, "40001", pgadvisory.SQLState(err), "only serialization failures are expected: %v", err)
+			sqlstate.Require(t, err, "40001", "only serialization failures are expected")
 		}
 		s := readLedger(t, check, table)
 		require.EqualValues(t, res.ok, s.rows)

@@ -13,6 +13,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -46,7 +47,7 @@ func ltFill(t *testing.T, conn *pgx.Conn) {
 		}
 		_, err := conn.Exec(context.Background(), "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
 		if err != nil {
-			require.Equal(t, "53200", pgadvisory.SQLState(err), "filling the lock table: %v", err)
+			sqlstate.Require(t, err, "53200", "filling the lock table")
 			return
 		}
 	}
@@ -92,12 +93,8 @@ func TestLockTableFull(t *testing.T) {
 	called = 0
 	for _, d := range doors {
 		err := run(d)
-		require.ErrorIs(t, err, pgadvisory.ErrLockTableFull, d.Label())
-		require.Equal(t, "53200", pgadvisory.SQLState(err), d.Label())
-		var e *pgadvisory.Error
-		require.ErrorAs(t, err, &e, d.Label())
-		require.Equal(t, "53200", e.SQLState, d.Label())
-		require.Equal(t, "lock", e.Op, "%s: the lock statement, not the connection, hit the full table", d.Label())
+		e := sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTableFull, "lock", "53200",
+			"%s: the lock statement, not the connection, hit the full table", d.Label())
 		require.Equal(t, []int64{key}, e.LockIDs, d.Label())
 	}
 	require.Zero(t, called, "fn must not run without the lock")
@@ -111,7 +108,7 @@ func TestLockTableFull(t *testing.T) {
 	require.NotErrorIs(t, err, pglock.ErrLocked, "the try function raised; it did not return false")
 	var typed *pgadvisory.Error
 	require.False(t, errors.As(err, &typed), "hand-written code has no typed error: %v", err)
-	require.Equal(t, "53200", pgadvisory.SQLState(err), "the same server error, untyped")
+	sqlstate.Require(t, err, "53200", "the same server error, untyped")
 	require.Zero(t, called)
 
 	// Releasing the helper's locks makes room again.

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -167,16 +167,9 @@ func TestOptionWaitTimeout(t *testing.T) {
 
 		called := false
 		err := waiter.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithWait(30*time.Millisecond))
-		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "55P03")
 		require.False(t, called, "fn must not run after a timeout")
-		var pe *pgadvisory.Error
-		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "55P03", pe.SQLState)
-		require.Equal(t, "lock", pe.Op)
 		require.Equal(t, []int64{key}, pe.LockIDs)
-		var pgErr *pgconn.PgError
-		require.ErrorAs(t, err, &pgErr)
-		require.Equal(t, "55P03", pgErr.Code)
 
 		require.NoError(t, release(), "the holder commits normally")
 
@@ -205,10 +198,7 @@ func TestOptionReadOnly(t *testing.T) {
 		}
 		for _, opt := range readOnly {
 			err := door.RunExclusive(ctx, key, insert, opt)
-			require.Error(t, err)
-			require.Equal(t, "25006", pgadvisory.SQLState(err), "%v", err)
-			var pgErr *pgconn.PgError
-			require.ErrorAs(t, err, &pgErr)
+			sqlstate.Require(t, err, "25006")
 		}
 		require.Zero(t, readLedger(t, check, table).rows)
 
@@ -386,7 +376,7 @@ func TestOptionLocksDeadlockControl(t *testing.T) {
 	deadlocks := 0
 	for _, err := range errs {
 		if err != nil {
-			require.Equal(t, "40P01", pgadvisory.SQLState(err), "%v", err)
+			sqlstate.Require(t, err, "40P01")
 			deadlocks++
 		}
 	}

@@ -13,18 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/examples/locks"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
-
-// regMigrated returns the package database with the migrations applied.
-func regMigrated(t *testing.T) *sql.DB {
-	t.Helper()
-	db := testdb.DB(t)
-	require.NoError(t, pgadvisory.Migrate(context.Background(), db))
-	return db
-}
 
 // regPrefix is a lock-name prefix unique to one test.
 func regPrefix() string {
@@ -86,7 +79,7 @@ func regDecls(t *testing.T, db *sql.DB, where string, args ...any) map[string]re
 
 func TestRegisterGeneratedDeclarations(t *testing.T) {
 	ctx := context.Background()
-	db := regMigrated(t)
+	db := migrated.DB(t)
 	require.NoError(t, pgadvisory.Register(ctx, db, locks.Declared))
 
 	names := make([]string, len(locks.Declared))
@@ -123,7 +116,7 @@ func TestRegisterGeneratedDeclarations(t *testing.T) {
 // nothing (every replica does it at start-up); a changed doc is written.
 func TestRegisterIsIdempotent(t *testing.T) {
 	ctx := context.Background()
-	db := regMigrated(t)
+	db := migrated.DB(t)
 	p := regPrefix()
 	decls := []pgadvisory.Declared{
 		{Name: p + "a", ID: keyspace.ID(p + "a"), Doc: "one"},
@@ -154,7 +147,7 @@ func TestRegisterIsIdempotent(t *testing.T) {
 // the ID shows the name registered last. Both declarations stay.
 func TestRegisterKeptIDTakesTheLastName(t *testing.T) {
 	ctx := context.Background()
-	db := regMigrated(t)
+	db := migrated.DB(t)
 	p := regPrefix()
 	id := keyspace.ID(p + "old")
 	old := []pgadvisory.Declared{{Name: p + "old", ID: id}}
@@ -169,7 +162,7 @@ func TestRegisterKeptIDTakesTheLastName(t *testing.T) {
 
 func TestRegisterRefusesBadDeclarations(t *testing.T) {
 	ctx := context.Background()
-	db := regMigrated(t)
+	db := migrated.DB(t)
 	p := regPrefix()
 	good := pgadvisory.Declared{Name: p + "good", ID: keyspace.ID(p + "good")}
 	for what, bad := range map[string]pgadvisory.Declared{
@@ -200,7 +193,7 @@ func TestRegisterRefusesBadDeclarations(t *testing.T) {
 // with 40P01 deadlock detected.)
 func TestRegisterConcurrently(t *testing.T) {
 	ctx := context.Background()
-	db := regMigrated(t)
+	db := migrated.DB(t)
 	p := regPrefix()
 	var v1, v2 []pgadvisory.Declared
 	for i := range 20 {
@@ -235,7 +228,7 @@ func TestRegisterConcurrently(t *testing.T) {
 
 func TestRegisterInstance(t *testing.T) {
 	ctx := context.Background()
-	db := regMigrated(t)
+	db := migrated.DB(t)
 	p := regPrefix()
 	archive := pgadvisory.Declared{Name: p + "archive", Doc: "Archives.", Params: []pgadvisory.DeclaredParam{
 		{Name: "tenant_uuid", Type: keyspace.UUID}, {Name: "kind", Type: keyspace.String}, {Name: "full", Type: keyspace.Bool}}}

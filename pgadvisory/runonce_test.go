@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -170,7 +171,7 @@ func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, 
 }
 
 func TestRunOnceReplicas(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	replicas := roReplicas(t, 8)
 	host, err := os.Hostname()
 	require.NoError(t, err)
@@ -253,7 +254,7 @@ func TestRunOnceReplicas(t *testing.T) {
 }
 
 func TestRunOnceLedger(t *testing.T) {
-	admin := fenMigrate(t)
+	admin := migrated.DB(t)
 	for _, door := range fencingDoors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/status"
 	"github.com/lockgen/lockgen/internal/testkit/lockscene"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -307,20 +306,7 @@ func TestFormatAge(t *testing.T) {
 // that says what to do.
 func TestQueryWithoutMigrations(t *testing.T) {
 	ctx := context.Background()
-	admin := testdb.DB(t)
-	name := "lockgen_status_nomig_" + strconv.FormatInt(testdb.Key(t)&0xffffff, 16)
-	_, err := admin.Exec(`CREATE DATABASE ` + pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + pgx.Identifier{name}.Sanitize() + ` WITH (FORCE)`)
-	})
-	u := testdb.URL(t)
-	if parsed, err := url.Parse(u); err == nil && parsed.Scheme != "" {
-		parsed.Path = "/" + name
-		u = parsed.String()
-	} else {
-		u += " dbname=" + name
-	}
+	_, u := testdb.EmptyDatabase(t)
 	db, err := sql.Open("pgx", u)
 	require.NoError(t, err)
 	defer db.Close()
@@ -338,8 +324,7 @@ func TestQueryWithoutMigrations(t *testing.T) {
 // bigint-key lock taken beside them is listed by Query and not counted.
 func TestInt4KeyLocksCounted(t *testing.T) {
 	ctx := t.Context()
-	db := testdb.DB(t)
-	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	db := migrated.DB(t)
 	before, err := status.Int4KeyLocks(ctx, db)
 	require.NoError(t, err)
 

@@ -293,10 +293,10 @@ func Context(t testing.TB) context.Context {
 }
 
 // EmptyDatabase creates a database of t's own on the test server, empty
-// (without lockgen's schema), dropped when t ends, and returns its name.
-// Pools on it must be closed before the drop: open them after calling
-// EmptyDatabase, so that their cleanups run first.
-func EmptyDatabase(t testing.TB) string {
+// (without lockgen's schema), dropped when t ends, and returns its name and
+// connection URL. Pools on it must be closed before the drop: open them
+// after calling EmptyDatabase, so that their cleanups run first.
+func EmptyDatabase(t testing.TB) (name, url string) {
 	t.Helper()
 	URL(t) // skips or fails t without a server
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -306,7 +306,7 @@ func EmptyDatabase(t testing.TB) string {
 		t.Fatalf("testdb: %v", err)
 	}
 	defer conn.Close(ctx)
-	name := "lockgen_test_empty_" + randomHex(6)
+	name = "lockgen_test_empty_" + randomHex(6)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("testdb: creating %s: %v", name, err)
 	}
@@ -315,5 +315,9 @@ func EmptyDatabase(t testing.TB) string {
 			t.Logf("testdb: dropping %s: %v", name, err)
 		}
 	})
-	return name
+	url, err = withDatabase(ServerURL(), name)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return name, url
 }
