@@ -22,21 +22,22 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// fbTables creates a plain and a fenced (strict, lock key) accounts table
+// fencedBenchTables creates a plain and a fenced (strict, lock key) accounts table
 // with row 1 in each, and returns their names.
-func fbTables(b *testing.B, pool *pgxpool.Pool, key int64) (plain, fenced string) {
+func fencedBenchTables(b *testing.B, pool *pgxpool.Pool, key int64) (plain, fenced string) {
 	b.Helper()
 	ctx := context.Background()
 	admin := migrated.DB(b)
 	schema := testdb.Schema(b)
-	plain = fenTable(b, admin, schema, "plain", key, "")
-	fenced = fenTable(b, admin, schema, "fenced", key, "strict")
+	plain = fencing.Table(b, admin, schema, "plain", key, "")
+	fenced = fencing.Table(b, admin, schema, "fenced", key, "strict")
 	if _, err := admin.Exec(`INSERT INTO ` + plain + ` (id, balance) VALUES (1, 0)`); err != nil {
 		b.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func BenchmarkFencing(b *testing.B) {
 		})
 		idle := pgxIdle(pool)
 		key := testdb.Key(b)
-		plain, fenced := fbTables(b, pool, key)
+		plain, fenced := fencedBenchTables(b, pool, key)
 		update := func(tbl string) func(pgx.Tx) error {
 			return func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1 WHERE id = 1`)
@@ -90,7 +91,7 @@ func BenchmarkFencing(b *testing.B) {
 		var tok int64
 		run("publish_only_pgx"+commit, func() error {
 			tok++
-			tag, err := pool.Exec(ctx, fenPublishSQL, pubKey, tok)
+			tag, err := pool.Exec(ctx, fencing.PublishSQL, pubKey, tok)
 			if err == nil && tag.RowsAffected() != 1 {
 				err = fmt.Errorf("publish of token %d affected %d rows", tok, tag.RowsAffected())
 			}
@@ -103,7 +104,7 @@ func BenchmarkTrigger(b *testing.B) {
 	ctx := context.Background()
 	pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 2 })
 	key := testdb.Key(b)
-	plain, fenced := fbTables(b, pool, key)
+	plain, fenced := fencedBenchTables(b, pool, key)
 	admin := testdb.DB(b)
 	var tok int64
 	if err := admin.QueryRow(`SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, key).Scan(&tok); err != nil {

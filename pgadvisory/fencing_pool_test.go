@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
@@ -23,15 +24,15 @@ func TestFencingPoolOfOne(t *testing.T) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			seq := fenSeqLast(t, admin)
+			seq := fencing.LastToken(t, admin)
 			var ran bool
 			fn := func(frontdoor.Tx) error { ran = true; return nil }
 			err := door.RunExclusive(ctx, key, fn, pgadvisory.WithFencing())
 			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 			require.ErrorContains(t, err, "allow at least 2")
 			require.False(t, ran, "fn must not run")
-			require.Equal(t, seq, fenSeqLast(t, admin), "no token was drawn")
-			require.Zero(t, fenPublished(t, admin, key), "nothing was published")
+			require.Equal(t, seq, fencing.LastToken(t, admin), "no token was drawn")
+			require.Zero(t, fencing.Published(t, admin, key), "nothing was published")
 
 			require.NoError(t, door.RunExclusive(ctx, key, fn), "control: an unfenced call on the same pool")
 			require.True(t, ran)
@@ -61,12 +62,12 @@ func TestFencingPoolExhausted(t *testing.T) {
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, "publish", pe.Op)
 			require.False(t, ran, "fn must not run")
-			require.Zero(t, fenPublished(t, admin, key), "nothing was published")
+			require.Zero(t, fencing.Published(t, admin, key), "nothing was published")
 			require.Eventually(t, func() bool { return door.Idle() }, 30*time.Second, 10*time.Millisecond, "no connection leaks")
 
 			require.NoError(t, door.RunExclusive(testdb.Context(t), key, fn, pgadvisory.WithFencing()), "control: with a free connection the same call succeeds")
 			require.True(t, ran)
-			require.NotZero(t, fenPublished(t, admin, key))
+			require.NotZero(t, fencing.Published(t, admin, key))
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
@@ -30,96 +31,21 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// fenPublishSQL is the runtime's publish statement (queries/fencing.sql,
-// PublishFence) without its lock_timeout wrapper: $1 lock ID, $2 token.
-const fenPublishSQL = `INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES ($1, $2)
-ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = now()
-WHERE f.token < excluded.token`
-
-// fencingDoors returns both front doors, each with its own pool of four
-// connections for the lock calls (with server settings params) and another
-// for fenced writes (RunFenced), as a holder writing on a second connection
-// has.
-func fencingDoors(t *testing.T, params map[string]string) []frontdoor.Door {
-	t.Helper()
-	doors := make([]frontdoor.Door, len(frontdoor.Drivers))
-	for i, drv := range frontdoor.Drivers {
-		lock := frontdoor.Open(t, drv, frontdoor.MaxConns(4), frontdoor.Settings(params))
-		doors[i] = lock.WithWrites(frontdoor.Open(t, drv, frontdoor.MaxConns(4)))
-	}
-	return doors
-}
-
-// fenTable creates schema.name (id, balance, fencing_token) and, unless
-// policy is "", the fence trigger of lock key with that policy.
-func fenTable(t testing.TB, db *sql.DB, schema, name string, key int64, policy string) string {
-	t.Helper()
-	tbl := pgx.Identifier{schema, name}.Sanitize()
-	_, err := db.Exec(`CREATE TABLE ` + tbl + ` (id int PRIMARY KEY, balance int NOT NULL, fencing_token bigint)`)
-	require.NoError(t, err)
-	if policy != "" {
-		_, err = db.Exec(fmt.Sprintf(`CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON %s
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%d', '%s')`, tbl, key, policy))
-		require.NoError(t, err)
-	}
-	return tbl
-}
-
-// fenRow is one row of a test table.
-type fenRow struct{ balance, token int64 }
-
-// fenRows reads a test table; a NULL token reads as 0.
-func fenRows(t testing.TB, db *sql.DB, tbl string) map[int64]fenRow {
-	t.Helper()
-	rows, err := db.Query(`SELECT id, balance, COALESCE(fencing_token, 0) FROM ` + tbl)
-	require.NoError(t, err)
-	defer rows.Close()
-	got := map[int64]fenRow{}
-	for rows.Next() {
-		var id int64
-		var r fenRow
-		require.NoError(t, rows.Scan(&id, &r.balance, &r.token))
-		got[id] = r
-	}
-	require.NoError(t, rows.Err())
-	return got
-}
-
-// fenPublished is the token published for key (0: none).
-func fenPublished(t testing.TB, db *sql.DB, key int64) int64 {
-	t.Helper()
-	var tok int64
-	err := db.QueryRow(`SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, key).Scan(&tok)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0
-	}
-	require.NoError(t, err)
-	return tok
-}
-
-// fenSeqLast is the fencing sequence's last issued value.
-func fenSeqLast(t testing.TB, db *sql.DB) int64 {
-	t.Helper()
-	var n sql.NullInt64
-	require.NoError(t, db.QueryRow(`SELECT last_value FROM pg_catalog.pg_sequences WHERE schemaname = 'pgadvisory' AND sequencename = 'fencing_token_seq'`).Scan(&n))
-	return n.Int64
-}
-
 // ---- 1. Stale writer under a pause -----------------------------------------
 
-// fenWrite is one of the late writes of a paused holder, and its outcome.
-type fenWrite struct {
+// lateWrite is one of the late writes of a paused holder, and its outcome.
+type lateWrite struct {
 	name string
 	rows int64
 	err  error
 }
 
-// fenLateWrites are the writes a paused holder with token tok attempts after
+// lateWrites are the writes a paused holder with token tok attempts after
 // it lost its lock: every kind of write through RunFenced, a write carrying
 // the token in the column only, and a re-publish of the token.
-func fenLateWrites(ctx context.Context, door frontdoor.Door, raw *sql.DB, tbl string, key, tok int64) []fenWrite {
-	through := func(name, query string) fenWrite {
-		w := fenWrite{name: name}
+func lateWrites(ctx context.Context, door frontdoor.Door, raw *sql.DB, tbl string, key, tok int64) []lateWrite {
+	through := func(name, query string) lateWrite {
+		w := lateWrite{name: name}
 		w.err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
 			n, err := tx.ExecCount(ctx, query)
 			w.rows = n
@@ -127,7 +53,7 @@ func fenLateWrites(ctx context.Context, door frontdoor.Door, raw *sql.DB, tbl st
 		})
 		return w
 	}
-	out := []fenWrite{
+	out := []lateWrite{
 		through("insert", `INSERT INTO `+tbl+` (id, balance) VALUES (4, 400)`),
 		through("update", `UPDATE `+tbl+` SET balance = -1 WHERE id = 1`),
 		through("update_row_b_did_not_touch", `UPDATE `+tbl+` SET balance = -9 WHERE id = 9`),
@@ -135,40 +61,40 @@ func fenLateWrites(ctx context.Context, door frontdoor.Door, raw *sql.DB, tbl st
 		through("upsert", `INSERT INTO `+tbl+` (id, balance) VALUES (3, -3) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance`),
 		through("multi_row_insert", `INSERT INTO `+tbl+` (id, balance) VALUES (5, 500), (6, 600)`),
 	}
-	w := fenWrite{name: "column_token"}
+	w := lateWrite{name: "column_token"}
 	res, err := raw.ExecContext(ctx, `INSERT INTO `+tbl+` (id, balance, fencing_token) VALUES (7, 700, $1)`, tok)
 	if w.err = err; err == nil {
 		w.rows, _ = res.RowsAffected()
 	}
 	out = append(out, w)
-	w = fenWrite{name: "republish"}
-	res, err = raw.ExecContext(ctx, fenPublishSQL, key, tok)
+	w = lateWrite{name: "republish"}
+	res, err = raw.ExecContext(ctx, fencing.PublishSQL, key, tok)
 	if w.err = err; err == nil {
 		w.rows, _ = res.RowsAffected()
 	}
 	return append(out, w)
 }
 
-// fenStaleWriter runs the paused-holder sequence: A takes the lock with
+// staleWriterSequence runs the paused-holder sequence: A takes the lock with
 // fencing, writes through another connection, pauses; A's lock backend dies
 // (terminated, or idle_in_transaction_session_timeout on lockPools); B
 // takes the lock and writes; A resumes and writes with its old token.
 // fenced=false is the control: the table has no trigger.
-func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss string, fenced bool) {
+func staleWriterSequence(t *testing.T, admin *sql.DB, door frontdoor.Door, loss string, fenced bool) {
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	policy := "strict"
 	if !fenced {
 		policy = ""
 	}
-	tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, policy)
+	tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, policy)
 
 	type pause struct{ token, pid int64 }
 	paused := make(chan pause, 1)
 	resume := make(chan struct{})
 	resumeA := sync.OnceFunc(func() { close(resume) })
 	t.Cleanup(resumeA)
-	var late []fenWrite // set by A before aDone receives
+	var late []lateWrite // set by A before aDone receives
 	aDone := make(chan error, 1)
 	go func() {
 		aDone <- door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
@@ -191,7 +117,7 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			late = fenLateWrites(ctx, door, admin, tbl, key, tok)
+			late = lateWrites(ctx, door, admin, tbl, key, tok)
 			return nil
 		}, pgadvisory.WithFencing())
 	}()
@@ -203,14 +129,14 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 		t.Fatalf("A ended before its pause: %v", err)
 	}
 	// A's first write went through and is stamped with A's token.
-	before := fenRows(t, admin, tbl)
+	before := fencing.Rows(t, admin, tbl)
 	require.Len(t, before, 4)
 	if fenced {
 		for id, r := range before {
-			require.Equal(t, a.token, r.token, "row %d", id)
+			require.Equal(t, a.token, r.Token, "row %d", id)
 		}
 	}
-	require.Equal(t, a.token, fenPublished(t, admin, key))
+	require.Equal(t, a.token, fencing.Published(t, admin, key))
 
 	// A loses its lock without knowing it.
 	if loss == "terminate" {
@@ -242,8 +168,8 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 	}, 60*time.Second, 20*time.Millisecond, "B never got the lock after A lost it")
 	require.NoError(t, bErr)
 	require.Greater(t, tokB, a.token)
-	require.Equal(t, tokB, fenPublished(t, admin, key))
-	afterB := fenRows(t, admin, tbl)
+	require.Equal(t, tokB, fencing.Published(t, admin, key))
+	afterB := fencing.Rows(t, admin, tbl)
 
 	// A resumes and writes with its old token.
 	resumeA()
@@ -252,16 +178,16 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 		"A's own lock transaction is gone: %v", aErr)
 	require.Len(t, late, 8)
 
-	final := fenRows(t, admin, tbl)
+	final := fencing.Rows(t, admin, tbl)
 	if !fenced {
 		// CONTROL: every late write lands; B's update of row 1 is lost.
 		for _, w := range late {
 			require.NoError(t, w.err, w.name)
 		}
-		require.Equal(t, int64(1100), afterB[1].balance)
-		require.Equal(t, int64(-1), final[1].balance, "lost update: A's late write overwrote B's")
+		require.Equal(t, int64(1100), afterB[1].Balance)
+		require.Equal(t, int64(-1), final[1].Balance, "lost update: A's late write overwrote B's")
 		require.NotContains(t, final, int64(2), "A's late DELETE removed B's row")
-		require.Equal(t, int64(-3), final[3].balance)
+		require.Equal(t, int64(-3), final[3].Balance)
 		require.Contains(t, final, int64(4))
 		return
 	}
@@ -278,14 +204,14 @@ func fenStaleWriter(t *testing.T, admin *sql.DB, door frontdoor.Door, loss strin
 			require.ErrorAs(t, w.err, &pe, w.name)
 		}
 	}
-	require.Equal(t, tokB, fenPublished(t, admin, key))
+	require.Equal(t, tokB, fencing.Published(t, admin, key))
 	require.Equal(t, afterB, final, "A's late writes changed nothing")
-	require.Equal(t, map[int64]fenRow{
-		1:  {1100, tokB},
-		2:  {1200, tokB},
-		3:  {1300, tokB},
-		9:  {900, a.token}, // written by A while it held the lock; B did not touch it
-		10: {1000, tokB},
+	require.Equal(t, map[int64]fencing.Row{
+		1:  {Balance: 1100, Token: tokB},
+		2:  {Balance: 1200, Token: tokB},
+		3:  {Balance: 1300, Token: tokB},
+		9:  {Balance: 900, Token: a.token}, // written by A while it held the lock; B did not touch it
+		10: {Balance: 1000, Token: tokB},
 	}, final)
 }
 
@@ -297,8 +223,8 @@ func TestFencingStaleWriterUnderPause(t *testing.T) {
 			if loss == "idle_timeout" {
 				params = map[string]string{"idle_in_transaction_session_timeout": "200ms"}
 			}
-			for _, door := range fencingDoors(t, params) {
-				t.Run(door.Label(), func(t *testing.T) { fenStaleWriter(t, admin, door, loss, true) })
+			for _, door := range fencing.Doors(t, params) {
+				t.Run(door.Label(), func(t *testing.T) { staleWriterSequence(t, admin, door, loss, true) })
 			}
 		})
 	}
@@ -308,91 +234,16 @@ func TestFencingStaleWriterUnderPause(t *testing.T) {
 // the trigger: A's late writes overwrite B's.
 func TestFencingStaleWriterControl(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, door := range fencingDoors(t, nil) {
-		t.Run(door.Label(), func(t *testing.T) { fenStaleWriter(t, admin, door, "terminate", false) })
+	for _, door := range fencing.Doors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) { staleWriterSequence(t, admin, door, "terminate", false) })
 	}
 }
 
 // ---- 2. Publish ordering -----------------------------------------------------
 
-// fenOpenWriter starts a RunFenced transaction with token that inserts row
-// id and stays open until release is called. It returns the writer's
-// backend pid and a channel with RunFenced's result.
-func fenOpenWriter(t *testing.T, ctx context.Context, door frontdoor.Door, tbl string, token, id int64) (pid int64, release func(), done <-chan error) {
-	t.Helper()
-	pids := make(chan int64, 1)
-	rel := make(chan struct{})
-	release = sync.OnceFunc(func() { close(rel) })
-	t.Cleanup(release)
-	res := make(chan error, 1)
-	go func() {
-		res <- door.RunFenced(ctx, token, func(tx frontdoor.Tx) error {
-			pid, err := tx.QueryInt(ctx, `SELECT pg_backend_pid()`)
-			if err != nil {
-				return err
-			}
-			if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES ($1, 0)`, id); err != nil {
-				return err
-			}
-			pids <- int64(pid)
-			select {
-			case <-rel:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-	}()
-	select {
-	case pid = <-pids:
-	case err := <-res:
-		t.Fatalf("writer ended before its write: %v", err)
-	}
-	return pid, release, res
-}
-
-// fenHolder takes the lock with fencing, optionally writes row id through
-// the lock transaction, and returns its token.
-func fenHolder(t *testing.T, ctx context.Context, door frontdoor.Door, key int64, write func(frontdoor.Tx) error) int64 {
-	t.Helper()
-	var tok int64
-	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-		tok, _ = tx.FencingToken()
-		if write != nil {
-			return write(tx)
-		}
-		return nil
-	}, pgadvisory.WithFencing()))
-	require.NotZero(t, tok)
-	return tok
-}
-
-type fenCall struct {
-	token int64
-	ran   bool
-	err   error
-}
-
-// fenStartHolder runs a fenced holder in the background that updates every
-// row of tbl through its lock transaction.
-func fenStartHolder(ctx context.Context, door frontdoor.Door, key int64, tbl string, ran *atomic.Bool) <-chan fenCall {
-	out := make(chan fenCall, 1)
-	go func() {
-		var c fenCall
-		c.err = door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-			ran.Store(true)
-			c.ran = true
-			c.token, _ = tx.FencingToken()
-			return tx.Exec(ctx, `UPDATE `+tbl+` SET balance = balance + 1`)
-		}, pgadvisory.WithFencing())
-		out <- c
-	}()
-	return out
-}
-
 func TestFencingPublishOrdering(t *testing.T) {
 	admin := migrated.DB(t)
-	doors := fencingDoors(t, nil)
+	doors := fencing.Doors(t, nil)
 
 	// (a) The next holder's publish waits for the write in flight with the
 	// old token, and completes once it ends; no T1 write commits after it.
@@ -400,37 +251,37 @@ func TestFencingPublishOrdering(t *testing.T) {
 		t.Run("waits_then_succeeds/"+door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-			t1 := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			t1 := fencing.Holder(t, ctx, door, key, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
 			})
-			wPid, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 2)
+			wPid, release, wDone := fencing.OpenWriter(t, ctx, door, tbl, t1, 2)
 
 			var bRan atomic.Bool
-			bDone := fenStartHolder(ctx, door, key, tbl, &bRan)
+			bDone := fencing.StartHolder(ctx, door, key, tbl, &bRan)
 			require.Eventually(t, func() bool {
 				return witness.Of(admin).BlockedBy(t, wPid, "%INSERT INTO pgadvisory.fence%") == 1
 			}, 30*time.Second, 10*time.Millisecond, "B's publish must wait for the open T1 writer")
 			time.Sleep(200 * time.Millisecond) // the old writer stays open a while
 			require.False(t, bRan.Load(), "B's fn must not run before its token is published")
-			require.Equal(t, t1, fenPublished(t, admin, key))
+			require.Equal(t, t1, fencing.Published(t, admin, key))
 			require.Equal(t, int64(1), witness.Of(admin).BlockedBy(t, wPid, "%INSERT INTO pgadvisory.fence%"))
 
 			release()
 			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "T1 was current until the writer ended")
 			b := frontdoor.Await(t, bDone, "B")
-			require.NoError(t, b.err)
-			require.Greater(t, b.token, t1)
-			require.Equal(t, b.token, fenPublished(t, admin, key))
+			require.NoError(t, b.Err)
+			require.Greater(t, b.Token, t1)
+			require.Equal(t, b.Token, fencing.Published(t, admin, key))
 			// B's fn ran after the T1 write committed: it updated row 2 too.
-			require.Equal(t, map[int64]fenRow{1: {1, b.token}, 2: {1, b.token}}, fenRows(t, admin, tbl))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 1, Token: b.Token}, 2: {Balance: 1, Token: b.Token}}, fencing.Rows(t, admin, tbl))
 
 			// Any T1 write attempted after the publish is rejected.
 			err := door.RunFenced(ctx, t1, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (3, 0)`)
 			})
 			sqlstate.RequireKind(t, err, pgadvisory.ErrStaleToken, "LF001")
-			require.Len(t, fenRows(t, admin, tbl), 2)
+			require.Len(t, fencing.Rows(t, admin, tbl), 2)
 		})
 	}
 
@@ -440,9 +291,9 @@ func TestFencingPublishOrdering(t *testing.T) {
 		ctx := testdb.Context(t)
 		door := doors[1]
 		key := testdb.Key(t)
-		tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-		t1 := fenHolder(t, ctx, door, key, nil)
-		_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
+		tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
+		t1 := fencing.Holder(t, ctx, door, key, nil)
+		_, release, wDone := fencing.OpenWriter(t, ctx, door, tbl, t1, 1)
 
 		conn, err := admin.Conn(ctx)
 		require.NoError(t, err)
@@ -452,12 +303,12 @@ func TestFencingPublishOrdering(t *testing.T) {
 		defer func() { _ = tx.Rollback() }() // before conn.Close, which waits for tx
 		_, err = tx.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`)
 		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, fenPublishSQL, key, t1+1000)
+		_, err = tx.ExecContext(ctx, fencing.PublishSQL, key, t1+1000)
 		sqlstate.Require(t, err, "55P03")
 
 		release()
 		require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"))
-		require.Equal(t, t1, fenPublished(t, admin, key))
+		require.Equal(t, t1, fencing.Published(t, admin, key))
 	})
 
 	// (b') Through the runtime the wait is defaultPublishTimeout (5 s): a
@@ -469,28 +320,28 @@ func TestFencingPublishOrdering(t *testing.T) {
 			t.Parallel() // the two doors wait their 5 s together
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-			t1 := fenHolder(t, ctx, door, key, nil)
-			_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
+			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			t1 := fencing.Holder(t, ctx, door, key, nil)
+			_, release, wDone := fencing.OpenWriter(t, ctx, door, tbl, t1, 1)
 
 			var bRan atomic.Bool
-			b := frontdoor.Await(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B's publish to time out")
-			require.False(t, b.ran)
-			require.ErrorIs(t, b.err, pgadvisory.ErrLockTimeout)
-			require.Equal(t, "55P03", pgadvisory.SQLState(b.err))
+			b := frontdoor.Await(t, fencing.StartHolder(ctx, door, key, tbl, &bRan), "B's publish to time out")
+			require.False(t, b.Ran)
+			require.ErrorIs(t, b.Err, pgadvisory.ErrLockTimeout)
+			require.Equal(t, "55P03", pgadvisory.SQLState(b.Err))
 			var pe *pgadvisory.Error
-			require.ErrorAs(t, b.err, &pe)
+			require.ErrorAs(t, b.Err, &pe)
 			require.Equal(t, "publish", pe.Op)
 			require.Equal(t, []int64{key}, pe.LockIDs)
-			require.Equal(t, t1, fenPublished(t, admin, key))
+			require.Equal(t, t1, fencing.Published(t, admin, key))
 
 			release()
 			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "B never published: T1 is still current")
 			var cRan atomic.Bool
-			c := frontdoor.Await(t, fenStartHolder(ctx, door, key, tbl, &cRan), "C")
-			require.NoError(t, c.err)
-			require.Greater(t, c.token, t1+1, "B's unpublished token is skipped, never reused")
-			require.Equal(t, map[int64]fenRow{1: {1, c.token}}, fenRows(t, admin, tbl))
+			c := frontdoor.Await(t, fencing.StartHolder(ctx, door, key, tbl, &cRan), "C")
+			require.NoError(t, c.Err)
+			require.Greater(t, c.Token, t1+1, "B's unpublished token is skipped, never reused")
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 1, Token: c.Token}}, fencing.Rows(t, admin, tbl))
 		})
 	}
 
@@ -501,17 +352,17 @@ func TestFencingPublishOrdering(t *testing.T) {
 		t.Run("control_no_trigger/"+door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "")
-			t1 := fenHolder(t, ctx, door, key, nil)
-			_, release, wDone := fenOpenWriter(t, ctx, door, tbl, t1, 1)
+			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "")
+			t1 := fencing.Holder(t, ctx, door, key, nil)
+			_, release, wDone := fencing.OpenWriter(t, ctx, door, tbl, t1, 1)
 
 			var bRan atomic.Bool
-			b := frontdoor.Await(t, fenStartHolder(ctx, door, key, tbl, &bRan), "B")
-			require.NoError(t, b.err)
-			require.Equal(t, b.token, fenPublished(t, admin, key), "B published while the T1 writer was open")
+			b := frontdoor.Await(t, fencing.StartHolder(ctx, door, key, tbl, &bRan), "B")
+			require.NoError(t, b.Err)
+			require.Equal(t, b.Token, fencing.Published(t, admin, key), "B published while the T1 writer was open")
 			release()
 			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "the T1 write committed after the newer publish")
-			require.Contains(t, fenRows(t, admin, tbl), int64(1))
+			require.Contains(t, fencing.Rows(t, admin, tbl), int64(1))
 		})
 	}
 }
@@ -520,24 +371,24 @@ func TestFencingPublishOrdering(t *testing.T) {
 
 func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, door := range fencingDoors(t, nil) {
+	for _, door := range fencing.Doors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-			tok := fenHolder(t, ctx, door, key, nil)
+			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			tok := fencing.Holder(t, ctx, door, key, nil)
 
 			// Both writers have written (fenOpenWriter returns after the
 			// INSERT) while the other is open.
-			pid1, release1, done1 := fenOpenWriter(t, ctx, door, tbl, tok, 1)
-			pid2, release2, done2 := fenOpenWriter(t, ctx, door, tbl, tok, 2)
+			pid1, release1, done1 := fencing.OpenWriter(t, ctx, door, tbl, tok, 1)
+			pid2, release2, done2 := fencing.OpenWriter(t, ctx, door, tbl, tok, 2)
 			require.Zero(t, witness.Of(admin).BlockedBy(t, pid1, "%"))
 			require.Zero(t, witness.Of(admin).BlockedBy(t, pid2, "%"))
 			release2()
 			require.NoError(t, frontdoor.Await(t, done2, "writer 2"))
 			release1()
 			require.NoError(t, frontdoor.Await(t, done1, "writer 1"))
-			require.Equal(t, map[int64]fenRow{1: {0, tok}, 2: {0, tok}}, fenRows(t, admin, tbl))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 0, Token: tok}, 2: {Balance: 0, Token: tok}}, fencing.Rows(t, admin, tbl))
 		})
 	}
 }
@@ -547,11 +398,11 @@ func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 // second one's write is not done while the first is open.
 func TestFencingSameTokenControl(t *testing.T) {
 	admin := migrated.DB(t)
-	door := fencingDoors(t, nil)[1]
+	door := fencing.Doors(t, nil)[1]
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
-	tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
-	tok := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+	tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
+	tok := fencing.Holder(t, ctx, door, key, func(tx frontdoor.Tx) error {
 		return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`)
 	})
 
@@ -593,21 +444,21 @@ func TestFencingSameTokenControl(t *testing.T) {
 	require.NoError(t, frontdoor.Await(t, done1, "writer 1"))
 	require.NoError(t, frontdoor.Await(t, done2, "writer 2"))
 	require.True(t, updated.Load())
-	require.Equal(t, int64(2), fenRows(t, admin, tbl)[1].balance)
+	require.Equal(t, int64(2), fencing.Rows(t, admin, tbl)[1].Balance)
 }
 
 // ---- 4. Writes without a token -----------------------------------------------
 
 func TestFencingMissingToken(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, door := range fencingDoors(t, nil) {
+	for _, door := range fencing.Doors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			schema := testdb.Schema(t)
-			strict := fenTable(t, admin, schema, "strict_t", key, "strict")
-			permissive := fenTable(t, admin, schema, "permissive_t", key, "permissive")
-			tok := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+			strict := fencing.Table(t, admin, schema, "strict_t", key, "strict")
+			permissive := fencing.Table(t, admin, schema, "permissive_t", key, "permissive")
+			tok := fencing.Holder(t, ctx, door, key, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+strict+` (id, balance) VALUES (1, 10)`)
 			})
 			unfenced := func(tbl, query string) error {
@@ -633,10 +484,10 @@ func TestFencingMissingToken(t *testing.T) {
 			// row's token: accepted while that token is current...
 			require.NoError(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`))
 			// ...and refused once a newer holder published.
-			tok2 := fenHolder(t, ctx, door, key, nil)
+			tok2 := fencing.Holder(t, ctx, door, key, nil)
 			require.Greater(t, tok2, tok)
 			sqlstate.RequireKind(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`), pgadvisory.ErrStaleToken, "LF001")
-			require.Equal(t, map[int64]fenRow{1: {11, tok}}, fenRows(t, admin, strict))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 11, Token: tok}}, fencing.Rows(t, admin, strict))
 
 			// Permissive: the same token-less writes are accepted and left
 			// unstamped; a stale token is still refused.
@@ -645,7 +496,7 @@ func TestFencingMissingToken(t *testing.T) {
 			require.NoError(t, err)
 			_, err = admin.ExecContext(ctx, `DELETE FROM `+permissive+` WHERE id = 3`)
 			require.NoError(t, err)
-			require.Equal(t, map[int64]fenRow{2: {20, 0}}, fenRows(t, admin, permissive))
+			require.Equal(t, map[int64]fencing.Row{2: {Balance: 20, Token: 0}}, fencing.Rows(t, admin, permissive))
 			err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			})
@@ -653,7 +504,7 @@ func TestFencingMissingToken(t *testing.T) {
 			require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			}))
-			require.Equal(t, map[int64]fenRow{2: {20, 0}, 4: {40, tok2}}, fenRows(t, admin, permissive))
+			require.Equal(t, map[int64]fencing.Row{2: {Balance: 20, Token: 0}, 4: {Balance: 40, Token: tok2}}, fencing.Rows(t, admin, permissive))
 		})
 	}
 }
@@ -662,7 +513,7 @@ func TestFencingMissingToken(t *testing.T) {
 // guard refuses it without the current token (strict), like a DELETE.
 func TestFencingTruncateGuard(t *testing.T) {
 	admin := migrated.DB(t)
-	door := fencingDoors(t, nil)[0]
+	door := fencing.Doors(t, nil)[0]
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	schema := testdb.Schema(t)
@@ -671,12 +522,12 @@ func TestFencingTruncateGuard(t *testing.T) {
 			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('%d', '%s')`, tbl, key, policy))
 		require.NoError(t, err)
 	}
-	strict := fenTable(t, admin, schema, "strict_t", key, "strict")
+	strict := fencing.Table(t, admin, schema, "strict_t", key, "strict")
 	guard(strict, "strict")
-	permissive := fenTable(t, admin, schema, "permissive_t", key, "permissive")
+	permissive := fencing.Table(t, admin, schema, "permissive_t", key, "permissive")
 	guard(permissive, "permissive")
-	unguarded := fenTable(t, admin, schema, "unguarded_t", key, "strict")
-	tok := fenHolder(t, ctx, door, key, func(tx frontdoor.Tx) error {
+	unguarded := fencing.Table(t, admin, schema, "unguarded_t", key, "strict")
+	tok := fencing.Holder(t, ctx, door, key, func(tx frontdoor.Tx) error {
 		for _, tbl := range []string{strict, permissive, unguarded} {
 			if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`); err != nil {
 				return err
@@ -690,27 +541,27 @@ func TestFencingTruncateGuard(t *testing.T) {
 	// CONTROL: the row trigger alone does not see TRUNCATE.
 	_, err = admin.ExecContext(ctx, `TRUNCATE `+unguarded)
 	require.NoError(t, err)
-	require.Empty(t, fenRows(t, admin, unguarded))
+	require.Empty(t, fencing.Rows(t, admin, unguarded))
 	_, err = admin.ExecContext(ctx, `TRUNCATE `+permissive)
 	require.NoError(t, err)
 
-	tok2 := fenHolder(t, ctx, door, key, nil)
+	tok2 := fencing.Holder(t, ctx, door, key, nil)
 	err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
 		return tx.Exec(ctx, `TRUNCATE `+strict)
 	})
 	sqlstate.RequireKind(t, err, pgadvisory.ErrStaleToken, "LF001")
-	require.Len(t, fenRows(t, admin, strict), 1)
+	require.Len(t, fencing.Rows(t, admin, strict), 1)
 	require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
 		return tx.Exec(ctx, `TRUNCATE `+strict)
 	}))
-	require.Empty(t, fenRows(t, admin, strict))
+	require.Empty(t, fencing.Rows(t, admin, strict))
 }
 
 // ---- 5. Tokens -------------------------------------------------------------------
 
 func TestFencingTokens(t *testing.T) {
 	admin := migrated.DB(t)
-	doors := fencingDoors(t, nil)
+	doors := fencing.Doors(t, nil)
 
 	t.Run("increase_across_holders", func(t *testing.T) {
 		ctx := testdb.Context(t)
@@ -718,9 +569,9 @@ func TestFencingTokens(t *testing.T) {
 		var prev int64
 		for i := range 6 {
 			door := doors[i%2]
-			tok := fenHolder(t, ctx, door, key, nil)
+			tok := fencing.Holder(t, ctx, door, key, nil)
 			require.Greater(t, tok, prev, "holder %d (%s)", i, door.Label())
-			require.Equal(t, tok, fenPublished(t, admin, key))
+			require.Equal(t, tok, fencing.Published(t, admin, key))
 			prev = tok
 		}
 	})
@@ -729,7 +580,7 @@ func TestFencingTokens(t *testing.T) {
 		t.Run("inside_fn/"+door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			tbl := fenTable(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
 			var inside frontdoor.Tx
 			var tok, setting int64
 			var ok bool
@@ -748,7 +599,7 @@ func TestFencingTokens(t *testing.T) {
 			require.True(t, ok)
 			require.Positive(t, tok)
 			require.Equal(t, tok, setting)
-			require.Equal(t, map[int64]fenRow{1: {10, tok}}, fenRows(t, admin, tbl))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 10, Token: tok}}, fencing.Rows(t, admin, tbl))
 			_, ok = inside.FencingToken()
 			require.False(t, ok, "no token once fn has returned")
 
@@ -788,18 +639,18 @@ func TestFencingTokens(t *testing.T) {
 				}, pgadvisory.WithFencing())
 			}()
 			held := frontdoor.Await(t, entered, "the holder")
-			seq := fenSeqLast(t, admin)
+			seq := fencing.LastToken(t, admin)
 			called := false
 			for range 3 {
 				err := door.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithFencing())
 				require.Equal(t, pgadvisory.ErrLocked, err)
 			}
 			require.False(t, called)
-			require.Equal(t, seq, fenSeqLast(t, admin), "a contended call must not draw a token")
-			require.Equal(t, held, fenPublished(t, admin, key), "nor publish one")
+			require.Equal(t, seq, fencing.LastToken(t, admin), "a contended call must not draw a token")
+			require.Equal(t, held, fencing.Published(t, admin, key), "nor publish one")
 			// CONTROL: the sequence check sees a call that draws.
-			fenHolder(t, ctx, door, testdb.Key(t), nil)
-			require.Greater(t, fenSeqLast(t, admin), seq)
+			fencing.Holder(t, ctx, door, testdb.Key(t), nil)
+			require.Greater(t, fencing.LastToken(t, admin), seq)
 			release()
 			require.NoError(t, frontdoor.Await(t, done, "the holder"))
 		})

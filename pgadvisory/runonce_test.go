@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
@@ -255,7 +256,7 @@ func TestRunOnceReplicas(t *testing.T) {
 
 func TestRunOnceLedger(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, door := range fencingDoors(t, nil) {
+	for _, door := range fencing.Doors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			tbl := roReportTable(t, admin)
