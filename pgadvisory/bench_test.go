@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -229,7 +230,7 @@ func BenchmarkStdlib(b *testing.B) {
 	ctx := context.Background()
 	c := wirecount.New()
 	db := benchDB(b, c)
-	idle := sqlIdle(db)
+	idle := frontdoor.OnDB(db).Idle
 	runCases(b,
 		benchCase{"bare_tx", func(b *testing.B) {
 			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxStdlib(ctx, db) })
@@ -255,7 +256,7 @@ func BenchmarkPgx(b *testing.B) {
 	ctx := context.Background()
 	c := wirecount.New()
 	pool := benchPool(b, c)
-	idle := pgxIdle(pool)
+	idle := frontdoor.OnPool(pool).Idle
 	runCases(b,
 		benchCase{"bare_tx", func(b *testing.B) {
 			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxPgx(ctx, pool) })
@@ -282,7 +283,7 @@ func BenchmarkContended(b *testing.B) {
 	db := benchDB(b, c)
 	key := testdb.Key(b)
 	benchHold(b, key)
-	pIdle, sIdle := pgxIdle(pool), sqlIdle(db)
+	pIdle, sIdle := frontdoor.OnPool(pool).Idle, frontdoor.OnDB(db).Idle
 	runCases(b,
 		benchCase{"pgx_select1", func(b *testing.B) {
 			benchOp(b, c, settled, nil, pIdle, func() error {

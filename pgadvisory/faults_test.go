@@ -31,65 +31,66 @@ import (
 // requireNoLeak/requireUsableAfterKills are shared with failures_test.go.
 
 const (
-	ftWorkers = 8
-	ftIters   = 6
-	ftPause   = 2 * time.Millisecond
-	// ftCutEvery: the proxy cuts the client right after forwarding every
-	// ftCutEvery-th COMMIT, so that some calls must end in ErrCommitUnknown.
-	ftCutEvery = 4
+	nemesisWorkers = 8
+	nemesisIters   = 6
+	nemesisPause   = 2 * time.Millisecond
+	// commitCutEvery: the proxy cuts the client right after forwarding every
+	// commitCutEvery-th COMMIT, so that some calls must end in
+	// ErrCommitUnknown.
+	commitCutEvery = 4
 )
 
-// ftOutcome is how one ledger call ended.
-type ftOutcome int
+// callOutcome is how one ledger call ended.
+type callOutcome int
 
 const (
-	ftOK ftOutcome = iota
-	ftConnLost
-	ftDeadlock
-	ftOther
-	ftUnknown
+	outcomeOK callOutcome = iota
+	outcomeConnLost
+	outcomeDeadlock
+	outcomeOther
+	outcomeUnknown
 )
 
-// ftTally counts outcomes and remembers which calls were acknowledged and
+// outcomeTally counts outcomes and remembers which calls were acknowledged and
 // which failed definitely.
-type ftTally struct {
+type outcomeTally struct {
 	mu      sync.Mutex
-	counts  [ftUnknown + 1]int
+	counts  [outcomeUnknown + 1]int
 	okCalls []string
 	failed  []string // definite failures: nothing may be committed
 	others  []error
 }
 
-func (ta *ftTally) record(call string, err error) {
+func (ta *outcomeTally) record(call string, err error) {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
 	switch {
 	case err == nil:
-		ta.counts[ftOK]++
+		ta.counts[outcomeOK]++
 		ta.okCalls = append(ta.okCalls, call)
 		return
 	case errors.Is(err, pgadvisory.ErrCommitUnknown):
-		ta.counts[ftUnknown]++
+		ta.counts[outcomeUnknown]++
 		return
 	case errors.Is(err, pgadvisory.ErrConnLost):
-		ta.counts[ftConnLost]++
+		ta.counts[outcomeConnLost]++
 	case errors.Is(err, pgadvisory.ErrDeadlock):
-		ta.counts[ftDeadlock]++
+		ta.counts[outcomeDeadlock]++
 	default:
-		ta.counts[ftOther]++
+		ta.counts[outcomeOther]++
 		ta.others = append(ta.others, err)
 	}
 	ta.failed = append(ta.failed, call)
 }
 
-func (ta *ftTally) String() string {
+func (ta *outcomeTally) String() string {
 	return fmt.Sprintf("ok=%d connlost=%d deadlock=%d other=%d unknown=%d",
-		ta.counts[ftOK], ta.counts[ftConnLost], ta.counts[ftDeadlock], ta.counts[ftOther], ta.counts[ftUnknown])
+		ta.counts[outcomeOK], ta.counts[outcomeConnLost], ta.counts[outcomeDeadlock], ta.counts[outcomeOther], ta.counts[outcomeUnknown])
 }
 
-// ftNewLedger creates the ledger: seq (no unique constraint, so that
+// newCallLedger creates the ledger: seq (no unique constraint, so that
 // duplicates are recorded) and the call that wrote it.
-func ftNewLedger(t *testing.T, db *sql.DB) string {
+func newCallLedger(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	table := pgx.Identifier{testdb.Schema(t), "fault_ledger"}.Sanitize()
 	_, err := db.Exec("CREATE TABLE " + table + " (seq bigint NOT NULL, call text NOT NULL)")
@@ -97,35 +98,35 @@ func ftNewLedger(t *testing.T, db *sql.DB) string {
 	return table
 }
 
-// ftStep is the critical section: read max(seq), pause, insert max+1.
-func ftStep(ctx context.Context, tx frontdoor.Tx, table, call string) error {
+// callLedgerStep is the critical section: read max(seq), pause, insert max+1.
+func callLedgerStep(ctx context.Context, tx frontdoor.Tx, table, call string) error {
 	last, err := tx.QueryInt(ctx, "SELECT coalesce(max(seq), 0) FROM "+table)
 	if err != nil {
 		return err
 	}
-	time.Sleep(ftPause)
+	time.Sleep(nemesisPause)
 	return tx.Exec(ctx, "INSERT INTO "+table+" (seq, call) VALUES ($1, $2)", last+1, call)
 }
 
-// ftRun runs ftWorkers × ftIters calls of ftStep through run, all starting
-// at once, and tallies the outcomes.
-func ftRun(ctx context.Context, run func(ctx context.Context, fn func(frontdoor.Tx) error) error, table string) *ftTally {
-	ta := &ftTally{}
+// runCallLedger runs nemesisWorkers × nemesisIters calls of callLedgerStep
+// through run, all starting at once, and tallies the outcomes.
+func runCallLedger(ctx context.Context, run func(ctx context.Context, fn func(frontdoor.Tx) error) error, table string) *outcomeTally {
+	ta := &outcomeTally{}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for w := range ftWorkers {
+	for w := range nemesisWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			for i := range ftIters {
+			for i := range nemesisIters {
 				call := fmt.Sprintf("w%d-i%d", w, i)
-				err := run(ctx, func(tx frontdoor.Tx) error { return ftStep(ctx, tx, table, call) })
+				err := run(ctx, func(tx frontdoor.Tx) error { return callLedgerStep(ctx, tx, table, call) })
 				// The server may be full of other tests' connections
 				// (SQLSTATE 53300 at connect): nothing ran, so retry, bounded.
-				for try := 0; ftTooManyClients(err) && try < 200 && ctx.Err() == nil; try++ {
+				for try := 0; tooManyClients(err) && try < 200 && ctx.Err() == nil; try++ {
 					time.Sleep(25 * time.Millisecond)
-					err = run(ctx, func(tx frontdoor.Tx) error { return ftStep(ctx, tx, table, call) })
+					err = run(ctx, func(tx frontdoor.Tx) error { return callLedgerStep(ctx, tx, table, call) })
 				}
 				ta.record(call, err)
 			}
@@ -136,18 +137,18 @@ func ftRun(ctx context.Context, run func(ctx context.Context, fn func(frontdoor.
 	return ta
 }
 
-// ftTooManyClients reports a connection refused because the server has no
+// tooManyClients reports a connection refused because the server has no
 // free connection slot.
-func ftTooManyClients(err error) bool {
+func tooManyClients(err error) bool {
 	var pgErr *pgconn.PgError
 	return err != nil && errors.As(err, &pgErr) && pgErr.Code == "53300"
 }
 
-// ftViolations checks the ledger against the tally and returns every
+// callLedgerViolations checks the ledger against the tally and returns every
 // broken invariant: seq unique and contiguous from 1; #ok <= rows <=
 // #ok + #unknown; every acknowledged call's row present; no row from a call
 // that failed definitely.
-func ftViolations(t *testing.T, db *sql.DB, table string, ta *ftTally) []string {
+func callLedgerViolations(t *testing.T, db *sql.DB, table string, ta *outcomeTally) []string {
 	t.Helper()
 	var rows, distinct, lo, hi int64
 	require.NoError(t, db.QueryRow("SELECT count(*), count(DISTINCT seq), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM "+table).
@@ -159,7 +160,7 @@ func ftViolations(t *testing.T, db *sql.DB, table string, ta *ftTally) []string 
 	if rows > 0 && (lo != 1 || hi != distinct) {
 		v = append(v, fmt.Sprintf("seq not contiguous from 1: min=%d max=%d distinct=%d", lo, hi, distinct))
 	}
-	ok, unknown := int64(ta.counts[ftOK]), int64(ta.counts[ftUnknown])
+	ok, unknown := int64(ta.counts[outcomeOK]), int64(ta.counts[outcomeUnknown])
 	if rows < ok || rows > ok+unknown {
 		v = append(v, fmt.Sprintf("rows=%d outside [#ok=%d, #ok+#unknown=%d]", rows, ok, ok+unknown))
 	}
@@ -186,10 +187,10 @@ func ftViolations(t *testing.T, db *sql.DB, table string, ta *ftTally) []string 
 	return v
 }
 
-// ftNemesis terminates, every 20–50 ms until stop is closed, the backend
+// killLockHolders terminates, every 20–50 ms until stop is closed, the backend
 // that holds key and runs under application name app. It returns the number
 // of backends it terminated.
-func ftNemesis(obs *sql.DB, key int64, app string, stop <-chan struct{}) (kills int) {
+func killLockHolders(obs *sql.DB, key int64, app string, stop <-chan struct{}) (kills int) {
 	for {
 		select {
 		case <-stop:
@@ -212,7 +213,7 @@ func ftNemesis(obs *sql.DB, key int64, app string, stop <-chan struct{}) (kills 
 // TestFaultKillLedger: the ledger over both front doors with WithWait while
 // a nemesis kills the lock holder's backend at random points (before, during
 // or after fn, sometimes during COMMIT) and the proxy cuts the client right
-// after every ftCutEvery-th COMMIT reached the server. Outcomes are ok,
+// after every commitCutEvery-th COMMIT reached the server. Outcomes are ok,
 // definite failures (ErrConnLost, ErrDeadlock, other) or unknown
 // (ErrCommitUnknown); the ledger stays unique and contiguous, holds between
 // #ok and #ok+#unknown rows, every ok call's row and no row of a definitely
@@ -221,13 +222,13 @@ func TestFaultKillLedger(t *testing.T) {
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		w := witness.New(t)
-		table := ftNewLedger(t, w.DB)
+		table := newCallLedger(t, w.DB)
 		key := testdb.Key(t)
-		app := "ftkill-" + testdb.Schema(t)
+		app := "nemesis-" + testdb.Schema(t)
 		px := faultproxy.ToTestDB(t)
 		var commits, cuts atomic.Int64
 		px.OnClientWrite(func(p []byte) faultproxy.Action {
-			if faultproxy.HasQuery(p, "commit") && commits.Add(1)%ftCutEvery == 0 {
+			if faultproxy.HasQuery(p, "commit") && commits.Add(1)%commitCutEvery == 0 {
 				cuts.Add(1)
 				return faultproxy.ForwardThenCutClient
 			}
@@ -238,8 +239,8 @@ func TestFaultKillLedger(t *testing.T) {
 
 		stop := make(chan struct{})
 		killed := make(chan int, 1)
-		go func() { killed <- ftNemesis(w.DB, key, app, stop) }()
-		ta := ftRun(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
+		go func() { killed <- killLockHolders(w.DB, key, app, stop) }()
+		ta := runCallLedger(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
 			return door.RunExclusive(ctx, key, fn, pgadvisory.WithWait(30*time.Second))
 		}, table)
 		close(stop)
@@ -252,10 +253,10 @@ func TestFaultKillLedger(t *testing.T) {
 		for _, err := range ta.others {
 			t.Logf("other error: %v", err)
 		}
-		require.Empty(t, ftViolations(t, w.DB, table, ta))
+		require.Empty(t, callLedgerViolations(t, w.DB, table, ta))
 		require.Positive(t, kills, "the nemesis killed at least one holder")
-		require.Positive(t, ta.counts[ftUnknown], "at least one ErrCommitUnknown surfaced")
-		require.Positive(t, ta.counts[ftOK], "some calls succeeded")
+		require.Positive(t, ta.counts[outcomeUnknown], "at least one ErrCommitUnknown surfaced")
+		require.Positive(t, ta.counts[outcomeOK], "some calls succeeded")
 		require.Eventually(t, func() bool { return w.Locks(t, true, key)+w.Locks(t, false, key) == 0 },
 			30*time.Second, 10*time.Millisecond, "no lock left behind")
 		requireNoLeak(t, door)
@@ -264,18 +265,18 @@ func TestFaultKillLedger(t *testing.T) {
 }
 
 // TestFaultKillLedgerControl: the same workload (proxy cutting every
-// ftCutEvery-th COMMIT, nemesis running) in plain transactions without the
+// commitCutEvery-th COMMIT, nemesis running) in plain transactions without the
 // lock; the checker must report duplicates. The nemesis finds no holder.
 func TestFaultKillLedgerControl(t *testing.T) {
 	ctx := testdb.Context(t)
 	obs := testdb.DB(t)
-	table := ftNewLedger(t, obs)
+	table := newCallLedger(t, obs)
 	key := testdb.Key(t)
-	app := "ftctl-" + testdb.Schema(t)
+	app := "nemesis-control-" + testdb.Schema(t)
 	px := faultproxy.ToTestDB(t)
 	var commits atomic.Int64
 	px.OnClientWrite(func(p []byte) faultproxy.Action {
-		if faultproxy.HasQuery(p, "commit") && commits.Add(1)%ftCutEvery == 0 {
+		if faultproxy.HasQuery(p, "commit") && commits.Add(1)%commitCutEvery == 0 {
 			return faultproxy.ForwardThenCutClient
 		}
 		return faultproxy.Forward
@@ -285,13 +286,13 @@ func TestFaultKillLedgerControl(t *testing.T) {
 	px.Route(cfg)
 	cfg.RuntimeParams["application_name"] = app
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(ftWorkers)
+	db.SetMaxOpenConns(nemesisWorkers)
 	t.Cleanup(func() { _ = db.Close() })
 
 	stop := make(chan struct{})
 	killed := make(chan int, 1)
-	go func() { killed <- ftNemesis(obs, key, app, stop) }()
-	ta := ftRun(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
+	go func() { killed <- killLockHolders(obs, key, app, stop) }()
+	ta := runCallLedger(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -313,7 +314,7 @@ func TestFaultKillLedgerControl(t *testing.T) {
 			t.Logf("other: %v", err)
 		}
 	}
-	v := ftViolations(t, obs, table, ta)
+	v := callLedgerViolations(t, obs, table, ta)
 	t.Logf("control without lock: %v, nemesis kills=%d; violations: %v", ta, kills, v)
 	require.NotEmpty(t, v, "without the lock the checker must find duplicates")
 	require.Contains(t, v[0], "duplicate seq")

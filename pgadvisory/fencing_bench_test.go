@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
@@ -62,7 +63,7 @@ func BenchmarkFencing(b *testing.B) {
 				cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 			}
 		})
-		idle := pgxIdle(pool)
+		idle := frontdoor.OnPool(pool).Idle
 		key := testdb.Key(b)
 		plain, fenced := fencedBenchTables(b, pool, key)
 		update := func(tbl string) func(pgx.Tx) error {

@@ -378,7 +378,7 @@ func TestFencingSameTokenWritersDoNotBlock(t *testing.T) {
 			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
 			tok := fencing.Holder(t, ctx, door, key, nil)
 
-			// Both writers have written (fenOpenWriter returns after the
+			// Both writers have written (fencing.OpenWriter returns after the
 			// INSERT) while the other is open.
 			pid1, release1, done1 := fencing.OpenWriter(t, ctx, door, tbl, tok, 1)
 			pid2, release2, done2 := fencing.OpenWriter(t, ctx, door, tbl, tok, 2)

@@ -31,17 +31,17 @@ func throwawayCluster(t *testing.T) *pgcluster.Cluster {
 		pgcluster.WithSetting("max_connections", "20"))
 }
 
-// ltBatch is how many session locks ltFill asks for per statement.
-const ltBatch = 500
+// lockTableBatch is how many session locks fillLockTable asks for per statement.
+const lockTableBatch = 500
 
-// ltFill fills the server's shared lock table from conn with session-level
+// fillLockTable fills the server's shared lock table from conn with session-level
 // advisory locks (which, unlike transaction locks, stay held when their
 // statement fails) until the server answers 53200. The locks stay held until
 // conn releases them or closes.
-func ltFill(t *testing.T, conn *pgx.Conn) {
+func fillLockTable(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
 	for range 200 {
-		keys := make([]int64, ltBatch)
+		keys := make([]int64, lockTableBatch)
 		for i := range keys {
 			keys[i] = testdb.Key(t)
 		}
@@ -51,7 +51,7 @@ func ltFill(t *testing.T, conn *pgx.Conn) {
 			return
 		}
 	}
-	t.Fatalf("the lock table took %d locks without filling up", 200*ltBatch)
+	t.Fatalf("the lock table took %d locks without filling up", 200*lockTableBatch)
 }
 
 func TestLockTableFull(t *testing.T) {
@@ -89,7 +89,7 @@ func TestLockTableFull(t *testing.T) {
 	}
 	require.Equal(t, len(doors), called)
 
-	ltFill(t, helper)
+	fillLockTable(t, helper)
 	called = 0
 	for _, d := range doors {
 		err := run(d)

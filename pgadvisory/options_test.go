@@ -220,7 +220,7 @@ func TestOptionInvalidArguments(t *testing.T) {
 	called := false
 	txFn := func(*sql.Tx) error { called = true; return nil }
 	pgxFn := func(pgx.Tx) error { called = true; return nil }
-	sessFn := func(context.Context) error { called = true; return nil }
+	sessionFn := func(context.Context) error { called = true; return nil }
 	var (
 		nilDB     *sql.DB
 		nilPool   *pgxpool.Pool
@@ -239,20 +239,20 @@ func TestOptionInvalidArguments(t *testing.T) {
 		"RunExclusive nil fn":       func() error { return pgadvisory.RunExclusive(ctx, db, key, nilTxFn) },
 		"RunExclusivePgx nil pool":  func() error { return pgadvisory.RunExclusivePgx(ctx, nilPool, key, pgxFn) },
 		"RunExclusivePgx nil fn":    func() error { return pgadvisory.RunExclusivePgx(ctx, pool, key, nilPgxFn) },
-		"RunSession nil db":         func() error { return pgadvisory.RunSession(ctx, nilDB, key, sessFn) },
+		"RunSession nil db":         func() error { return pgadvisory.RunSession(ctx, nilDB, key, sessionFn) },
 		"RunSession nil fn":         func() error { return pgadvisory.RunSession(ctx, db, key, nilSessFn) },
-		"RunSessionPgx nil pool":    func() error { return pgadvisory.RunSessionPgx(ctx, nilPool, key, sessFn) },
+		"RunSessionPgx nil pool":    func() error { return pgadvisory.RunSessionPgx(ctx, nilPool, key, sessionFn) },
 		"RunSessionPgx nil fn":      func() error { return pgadvisory.RunSessionPgx(ctx, pool, key, nilSessFn) },
 		"Lock.RunExclusive nil db":  func() error { return lock.RunExclusive(ctx, nilDB, txFn) },
 		"Lock.RunExclusivePgx nil":  func() error { return lock.RunExclusivePgx(ctx, nilPool, nilPgxFn) },
 		"Lock.RunSession nil fn":    func() error { return lock.RunSession(ctx, db, nilSessFn) },
-		"Lock.RunSessionPgx nil db": func() error { return lock.RunSessionPgx(ctx, nilPool, sessFn) },
+		"Lock.RunSessionPgx nil db": func() error { return lock.RunSessionPgx(ctx, nilPool, sessionFn) },
 	}
 	for name, opt := range badOptions {
 		calls["RunExclusive "+name] = func() error { return pgadvisory.RunExclusive(ctx, db, key, txFn, opt) }
 		calls["RunExclusivePgx "+name] = func() error { return pgadvisory.RunExclusivePgx(ctx, pool, key, pgxFn, opt) }
-		calls["RunSession "+name] = func() error { return pgadvisory.RunSession(ctx, db, key, sessFn, opt) }
-		calls["RunSessionPgx "+name] = func() error { return pgadvisory.RunSessionPgx(ctx, pool, key, sessFn, opt) }
+		calls["RunSession "+name] = func() error { return pgadvisory.RunSession(ctx, db, key, sessionFn, opt) }
+		calls["RunSessionPgx "+name] = func() error { return pgadvisory.RunSessionPgx(ctx, pool, key, sessionFn, opt) }
 	}
 	for name, call := range calls {
 		var err error

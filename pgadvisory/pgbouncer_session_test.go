@@ -20,51 +20,51 @@ import (
 // Session locks behind a transaction-pooling PgBouncer when the first check
 // (the pid announced at connection start against pg_backend_pid()) is not
 // available, as with any database/sql driver other than pgx's stdlib: the
-// later defences must hold. pbHiddenConnector hides pgx from database/sql
+// later defences must hold. pidHidingConnector hides pgx from database/sql
 // code, so RunSession cannot read the announced pid.
 
-// pbHiddenConnector wraps pgx's stdlib connector; its connections do not
+// pidHidingConnector wraps pgx's stdlib connector; its connections do not
 // expose *pgx.Conn.
-type pbHiddenConnector struct{ inner driver.Connector }
+type pidHidingConnector struct{ inner driver.Connector }
 
-func (c pbHiddenConnector) Connect(ctx context.Context) (driver.Conn, error) {
+func (c pidHidingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	dc, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return pbHiddenConn{dc.(*stdlib.Conn)}, nil
+	return pidHidingConn{dc.(*stdlib.Conn)}, nil
 }
 
-func (c pbHiddenConnector) Driver() driver.Driver { return c.inner.Driver() }
+func (c pidHidingConnector) Driver() driver.Driver { return c.inner.Driver() }
 
-// pbHiddenConn forwards everything database/sql needs, but not Conn().
-type pbHiddenConn struct{ c *stdlib.Conn }
+// pidHidingConn forwards everything database/sql needs, but not Conn().
+type pidHidingConn struct{ c *stdlib.Conn }
 
-func (h pbHiddenConn) Prepare(q string) (driver.Stmt, error) { return h.c.Prepare(q) }
-func (h pbHiddenConn) Close() error                          { return h.c.Close() }
-func (h pbHiddenConn) Begin() (driver.Tx, error)             { return h.c.Begin() } //nolint:staticcheck // driver.Conn requires it
-func (h pbHiddenConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
+func (h pidHidingConn) Prepare(q string) (driver.Stmt, error) { return h.c.Prepare(q) }
+func (h pidHidingConn) Close() error                          { return h.c.Close() }
+func (h pidHidingConn) Begin() (driver.Tx, error)             { return h.c.Begin() } //nolint:staticcheck // driver.Conn requires it
+func (h pidHidingConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
 	return h.c.BeginTx(ctx, o)
 }
-func (h pbHiddenConn) QueryContext(ctx context.Context, q string, a []driver.NamedValue) (driver.Rows, error) {
+func (h pidHidingConn) QueryContext(ctx context.Context, q string, a []driver.NamedValue) (driver.Rows, error) {
 	return h.c.QueryContext(ctx, q, a)
 }
-func (h pbHiddenConn) ExecContext(ctx context.Context, q string, a []driver.NamedValue) (driver.Result, error) {
+func (h pidHidingConn) ExecContext(ctx context.Context, q string, a []driver.NamedValue) (driver.Result, error) {
 	return h.c.ExecContext(ctx, q, a)
 }
-func (h pbHiddenConn) Ping(ctx context.Context) error             { return h.c.Ping(ctx) }
-func (h pbHiddenConn) ResetSession(ctx context.Context) error     { return h.c.ResetSession(ctx) }
-func (h pbHiddenConn) CheckNamedValue(v *driver.NamedValue) error { return h.c.CheckNamedValue(v) }
+func (h pidHidingConn) Ping(ctx context.Context) error             { return h.c.Ping(ctx) }
+func (h pidHidingConn) ResetSession(ctx context.Context) error     { return h.c.ResetSession(ctx) }
+func (h pidHidingConn) CheckNamedValue(v *driver.NamedValue) error { return h.c.CheckNamedValue(v) }
 
-// pbHiddenDB opens a database/sql pool through a new PgBouncer in
+// pidHidingDB opens a database/sql pool through a new PgBouncer in
 // transaction mode (two server connections, settings opts) with the
 // pid-hiding driver.
-func pbHiddenDB(t *testing.T, opts ...pgcluster.Option) *sql.DB {
+func pidHidingDB(t *testing.T, opts ...pgcluster.Option) *sql.DB {
 	t.Helper()
 	url := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction", opts...) + "&default_query_exec_mode=exec"
 	cfg, err := pgx.ParseConfig(url)
 	require.NoError(t, err)
-	db := sql.OpenDB(pbHiddenConnector{stdlib.GetConnector(*cfg)})
+	db := sql.OpenDB(pidHidingConnector{stdlib.GetConnector(*cfg)})
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { _ = db.Close() })
 	// Make PgBouncer open both server connections: two transactions at once.
@@ -83,9 +83,9 @@ func pbHiddenDB(t *testing.T, opts ...pgcluster.Option) *sql.DB {
 	return db
 }
 
-// pbServerPids runs SELECT pg_backend_pid() n times, one autocommit
+// serverPIDs runs SELECT pg_backend_pid() n times, one autocommit
 // statement after the other, on one client connection of db.
-func pbServerPids(t *testing.T, db *sql.DB, n int) []int32 {
+func serverPIDs(t *testing.T, db *sql.DB, n int) []int32 {
 	t.Helper()
 	conn, err := db.Conn(t.Context())
 	require.NoError(t, err)
@@ -97,9 +97,9 @@ func pbServerPids(t *testing.T, db *sql.DB, n int) []int32 {
 	return pids
 }
 
-// pbTerminateHolders ends the server connections that hold key (a leaked
+// terminateHolders ends the server connections that hold key (a leaked
 // session lock lives on a PgBouncer server connection until it closes).
-func pbTerminateHolders(t *testing.T, direct *sql.DB, key int64) {
+func terminateHolders(t *testing.T, direct *sql.DB, key int64) {
 	t.Helper()
 	_, err := direct.ExecContext(context.Background(), `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1`, key)
@@ -116,8 +116,8 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | obji
 // after the client has gone.
 func TestPgBouncerSessionPidGuard(t *testing.T) {
 	direct := testdb.DB(t)
-	db := pbHiddenDB(t, pgcluster.WithSetting("server_round_robin", "1"))
-	pids := pbServerPids(t, db, 2)
+	db := pidHidingDB(t, pgcluster.WithSetting("server_round_robin", "1"))
+	pids := serverPIDs(t, db, 2)
 	require.NotEqual(t, pids[0], pids[1], "precondition: round robin moves consecutive statements")
 
 	key := testdb.Key(t)
@@ -139,7 +139,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	require.NoError(t, conn.Close())
 	require.NoError(t, db.Close())
 	require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "control: the hand-written session lock outlives its client on a server connection")
-	pbTerminateHolders(t, direct, key)
+	terminateHolders(t, direct, key)
 }
 
 // TestPgBouncerSessionWatcherNoticesMove: PgBouncer's default LIFO reuse
@@ -150,7 +150,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 // none of the locks, and cancels fn's context with ErrLockLost.
 func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
 	direct := testdb.DB(t)
-	db := pbHiddenDB(t)
+	db := pidHidingDB(t)
 	key := testdb.Key(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -180,5 +180,5 @@ func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "watch", pe.Op)
 	require.ErrorContains(t, err, "backend holds 0 of 1 locks")
-	pbTerminateHolders(t, direct, key)
+	terminateHolders(t, direct, key)
 }

@@ -24,7 +24,7 @@ import (
 // pool_mode=transaction, in front of this package's test database. Lock
 // state is read from pg_locks on a direct connection to the real server.
 
-// pbExecModes are the pgx query modes that work through PgBouncer before
+// pgbouncerExecModes are the pgx query modes that work through PgBouncer before
 // 1.21 in transaction mode. pgx's default (cache_statement) prepares named
 // statements at the protocol level; PgBouncer 1.18 does not track them, so a
 // statement prepared on one server connection is unknown on the next one the
@@ -32,21 +32,21 @@ import (
 // (observed here: "prepared statement stmtcache_… already exists", 42P05). "exec" sends each statement unnamed (Parse, Bind, Execute
 // in one round trip); "simple_protocol" interpolates parameters client-side.
 // The runtime must work with either, so both are tested.
-var pbExecModes = []string{"exec", "simple_protocol"}
+var pgbouncerExecModes = []string{"exec", "simple_protocol"}
 
-// pbEnv is one test's connections: direct ones to the server, and
+// pgbouncerPools is one test's connections: direct ones to the server, and
 // database/sql and pgx pools through PgBouncer.
-type pbEnv struct {
+type pgbouncerPools struct {
 	direct *sql.DB
 	db     *sql.DB
 	pool   *pgxpool.Pool
 }
 
-// pbNewEnv starts a PgBouncer in transaction mode and opens pools through it
+// newPgBouncerPools starts a PgBouncer in transaction mode and opens pools through it
 // with the given pgx query mode.
-func pbNewEnv(t *testing.T, execMode string) *pbEnv {
+func newPgBouncerPools(t *testing.T, execMode string) *pgbouncerPools {
 	t.Helper()
-	e := &pbEnv{direct: testdb.DB(t)}
+	e := &pgbouncerPools{direct: testdb.DB(t)}
 	url := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction") + "&default_query_exec_mode=" + execMode
 	var err error
 	e.db, err = sql.Open("pgx", url)
@@ -63,15 +63,15 @@ func pbNewEnv(t *testing.T, execMode string) *pbEnv {
 	// The pools really go through a pooler (the pid the server reports is
 	// not the one announced at connection start), and the check is able to
 	// tell: the direct connection's pids agree.
-	require.True(t, pbPooled(t, e.db), "database/sql through PgBouncer")
-	require.True(t, pbPooledPgx(t, e.pool), "pgx through PgBouncer")
-	require.False(t, pbPooled(t, e.direct), "direct connection")
+	require.True(t, behindPooler(t, e.db), "database/sql through PgBouncer")
+	require.True(t, behindPoolerPgx(t, e.pool), "pgx through PgBouncer")
+	require.False(t, behindPooler(t, e.direct), "direct connection")
 	return e
 }
 
-// pbPooled reports whether a connection of db announced a backend pid other
+// behindPooler reports whether a connection of db announced a backend pid other
 // than the server's pg_backend_pid().
-func pbPooled(t *testing.T, db *sql.DB) bool {
+func behindPooler(t *testing.T, db *sql.DB) bool {
 	t.Helper()
 	conn, err := db.Conn(t.Context())
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func pbPooled(t *testing.T, db *sql.DB) bool {
 	return pid != announced
 }
 
-func pbPooledPgx(t *testing.T, pool *pgxpool.Pool) bool {
+func behindPoolerPgx(t *testing.T, pool *pgxpool.Pool) bool {
 	t.Helper()
 	conn, err := pool.Acquire(t.Context())
 	require.NoError(t, err)
@@ -97,14 +97,14 @@ func pbPooledPgx(t *testing.T, pool *pgxpool.Pool) bool {
 }
 
 // doors are the transaction-lock front doors through PgBouncer.
-func (e *pbEnv) doors() []frontdoor.Door {
+func (e *pgbouncerPools) doors() []frontdoor.Door {
 	return []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)}
 }
 
 func TestPgBouncerRunExclusive(t *testing.T) {
-	for _, mode := range pbExecModes {
+	for _, mode := range pgbouncerExecModes {
 		t.Run(mode, func(t *testing.T) {
-			e := pbNewEnv(t, mode)
+			e := newPgBouncerPools(t, mode)
 			ctx := t.Context()
 			table := pgx.Identifier{testdb.Schema(t), "pb_writes"}.Sanitize()
 			_, err := e.direct.ExecContext(ctx, "CREATE TABLE "+table+" (note text NOT NULL)")
@@ -192,9 +192,9 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 }
 
 func TestPgBouncerRefusesSessionLocks(t *testing.T) {
-	for _, mode := range pbExecModes {
+	for _, mode := range pgbouncerExecModes {
 		t.Run(mode, func(t *testing.T) {
-			e := pbNewEnv(t, mode)
+			e := newPgBouncerPools(t, mode)
 			ctx := t.Context()
 			key := testdb.Key(t)
 			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)} {

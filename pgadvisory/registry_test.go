@@ -19,15 +19,15 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// regPrefix is a lock-name prefix unique to one test.
-func regPrefix() string {
+// uniqueNamePrefix is a lock-name prefix unique to one test.
+func uniqueNamePrefix() string {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	return "reg.t" + hex.EncodeToString(b) + "."
 }
 
-// regRow is a row of pgadvisory.registry, with xmin to see rewrites.
-type regRow struct {
+// registryRow is a row of pgadvisory.registry, with xmin to see rewrites.
+type registryRow struct {
 	ID             int64
 	Name           string
 	Params         string // jsonb as text; "" for NULL
@@ -36,15 +36,15 @@ type regRow struct {
 	Xmin           string
 }
 
-func regRows(t *testing.T, db *sql.DB, where string, args ...any) map[int64]regRow {
+func registryRows(t *testing.T, db *sql.DB, where string, args ...any) map[int64]registryRow {
 	t.Helper()
 	rows, err := db.Query(`SELECT lock_id, name, coalesce(params::text, ''), coalesce(declared_params::text, ''),
 		coalesce(doc, ''), xmin::text FROM pgadvisory.registry WHERE `+where, args...)
 	require.NoError(t, err)
 	defer rows.Close()
-	out := map[int64]regRow{}
+	out := map[int64]registryRow{}
 	for rows.Next() {
-		var r regRow
+		var r registryRow
 		require.NoError(t, rows.Scan(&r.ID, &r.Name, &r.Params, &r.DeclaredParams, &r.Doc, &r.Xmin))
 		out[r.ID] = r
 	}
@@ -52,24 +52,24 @@ func regRows(t *testing.T, db *sql.DB, where string, args ...any) map[int64]regR
 	return out
 }
 
-// regDecl is a row of pgadvisory.registry_declaration.
-type regDecl struct {
+// declarationRow is a row of pgadvisory.registry_declaration.
+type declarationRow struct {
 	LockID         sql.NullInt64
 	DeclaredParams string
 	Doc            string
 	Xmin           string
 }
 
-func regDecls(t *testing.T, db *sql.DB, where string, args ...any) map[string]regDecl {
+func declarationRows(t *testing.T, db *sql.DB, where string, args ...any) map[string]declarationRow {
 	t.Helper()
 	rows, err := db.Query(`SELECT name, lock_id, coalesce(declared_params::text, ''), coalesce(doc, ''), xmin::text
 		FROM pgadvisory.registry_declaration WHERE `+where, args...)
 	require.NoError(t, err)
 	defer rows.Close()
-	out := map[string]regDecl{}
+	out := map[string]declarationRow{}
 	for rows.Next() {
 		var name string
-		var d regDecl
+		var d declarationRow
 		require.NoError(t, rows.Scan(&name, &d.LockID, &d.DeclaredParams, &d.Doc, &d.Xmin))
 		out[name] = d
 	}
@@ -86,7 +86,7 @@ func TestRegisterGeneratedDeclarations(t *testing.T) {
 	for i, d := range locks.Declared {
 		names[i] = d.Name
 	}
-	decls := regDecls(t, db, `name = ANY($1)`, names)
+	decls := declarationRows(t, db, `name = ANY($1)`, names)
 	require.Len(t, decls, len(locks.Declared))
 	require.Equal(t, int64(-6078806957557529815), decls["reports.daily_email"].LockID.Int64)
 	require.Equal(t, "Sends the end-of-day report e-mail once per day.", decls["reports.daily_email"].Doc)
@@ -99,7 +99,7 @@ func TestRegisterGeneratedDeclarations(t *testing.T) {
 	// jsonb keeps array order: declaration order.
 	require.Regexp(t, `^\[\{"name": "tenant_uuid".*"kind".*"full"`, archive.DeclaredParams)
 
-	reg := regRows(t, db, `name = ANY($1)`, names)
+	reg := registryRows(t, db, `name = ANY($1)`, names)
 	require.Len(t, reg, 3, "one registry row per plain lock, none for parameterized ones")
 	for _, d := range locks.Declared {
 		if d.Params == nil {
@@ -109,7 +109,7 @@ func TestRegisterGeneratedDeclarations(t *testing.T) {
 		}
 	}
 	// The migration's own lock is registered by the migration.
-	require.Equal(t, "lockgen.migrate", regRows(t, db, `lock_id = $1`, pgadvisory.MigrationLockID)[pgadvisory.MigrationLockID].Name)
+	require.Equal(t, "lockgen.migrate", registryRows(t, db, `lock_id = $1`, pgadvisory.MigrationLockID)[pgadvisory.MigrationLockID].Name)
 }
 
 // TestRegisterIsIdempotent: registering the same declarations again rewrites
@@ -117,25 +117,25 @@ func TestRegisterGeneratedDeclarations(t *testing.T) {
 func TestRegisterIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
-	p := regPrefix()
+	p := uniqueNamePrefix()
 	decls := []pgadvisory.Declared{
 		{Name: p + "a", ID: keyspace.ID(p + "a"), Doc: "one"},
 		{Name: p + "b", Params: []pgadvisory.DeclaredParam{{Name: "n", Type: keyspace.Int64}}},
 	}
 	require.NoError(t, pgadvisory.Register(ctx, db, decls))
 	where := `name LIKE $1`
-	beforeReg, beforeDecl := regRows(t, db, where, p+"%"), regDecls(t, db, where, p+"%")
+	beforeReg, beforeDecl := registryRows(t, db, where, p+"%"), declarationRows(t, db, where, p+"%")
 	require.Len(t, beforeReg, 1)
 	require.Len(t, beforeDecl, 2)
 
 	require.NoError(t, pgadvisory.Register(ctx, db, decls))
-	require.Equal(t, beforeReg, regRows(t, db, where, p+"%"))
-	require.Equal(t, beforeDecl, regDecls(t, db, where, p+"%"))
+	require.Equal(t, beforeReg, registryRows(t, db, where, p+"%"))
+	require.Equal(t, beforeDecl, declarationRows(t, db, where, p+"%"))
 
 	// Control: a change is written, and only the changed rows.
 	decls[0].Doc = "two"
 	require.NoError(t, pgadvisory.Register(ctx, db, decls))
-	afterReg, afterDecl := regRows(t, db, where, p+"%"), regDecls(t, db, where, p+"%")
+	afterReg, afterDecl := registryRows(t, db, where, p+"%"), declarationRows(t, db, where, p+"%")
 	require.Equal(t, "two", afterReg[decls[0].ID].Doc)
 	require.NotEqual(t, beforeReg[decls[0].ID].Xmin, afterReg[decls[0].ID].Xmin)
 	require.Equal(t, "two", afterDecl[p+"a"].Doc)
@@ -148,22 +148,22 @@ func TestRegisterIsIdempotent(t *testing.T) {
 func TestRegisterKeptIDTakesTheLastName(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
-	p := regPrefix()
+	p := uniqueNamePrefix()
 	id := keyspace.ID(p + "old")
 	old := []pgadvisory.Declared{{Name: p + "old", ID: id}}
 	renamed := []pgadvisory.Declared{{Name: p + "new", ID: id, Pinned: true}}
 	require.NoError(t, pgadvisory.Register(ctx, db, old))
 	require.NoError(t, pgadvisory.Register(ctx, db, renamed))
-	require.Equal(t, p+"new", regRows(t, db, `lock_id = $1`, id)[id].Name)
+	require.Equal(t, p+"new", registryRows(t, db, `lock_id = $1`, id)[id].Name)
 	require.NoError(t, pgadvisory.Register(ctx, db, old))
-	require.Equal(t, p+"old", regRows(t, db, `lock_id = $1`, id)[id].Name)
-	require.Len(t, regDecls(t, db, `name LIKE $1`, p+"%"), 2)
+	require.Equal(t, p+"old", registryRows(t, db, `lock_id = $1`, id)[id].Name)
+	require.Len(t, declarationRows(t, db, `name LIKE $1`, p+"%"), 2)
 }
 
 func TestRegisterRefusesBadDeclarations(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
-	p := regPrefix()
+	p := uniqueNamePrefix()
 	good := pgadvisory.Declared{Name: p + "good", ID: keyspace.ID(p + "good")}
 	for what, bad := range map[string]pgadvisory.Declared{
 		"invalid name":    {Name: p + "Bad", ID: keyspace.ID(p + "Bad")},
@@ -177,11 +177,11 @@ func TestRegisterRefusesBadDeclarations(t *testing.T) {
 		err := pgadvisory.Register(ctx, db, []pgadvisory.Declared{good, bad})
 		require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument, what)
 		require.ErrorContains(t, err, "pgadvisory: register: ", what)
-		require.Empty(t, regDecls(t, db, `name LIKE $1`, p+"%"), "%s: nothing may be written", what)
+		require.Empty(t, declarationRows(t, db, `name LIKE $1`, p+"%"), "%s: nothing may be written", what)
 	}
 	// Control: the good one alone is registered.
 	require.NoError(t, pgadvisory.Register(ctx, db, []pgadvisory.Declared{good}))
-	require.Len(t, regDecls(t, db, `name LIKE $1`, p+"%"), 1)
+	require.Len(t, declarationRows(t, db, `name LIKE $1`, p+"%"), 1)
 
 	require.ErrorIs(t, pgadvisory.Register(ctx, nil, nil), pgadvisory.ErrInvalidArgument)
 	require.NoError(t, pgadvisory.Register(ctx, db, nil), "nothing to register")
@@ -194,7 +194,7 @@ func TestRegisterRefusesBadDeclarations(t *testing.T) {
 func TestRegisterConcurrently(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
-	p := regPrefix()
+	p := uniqueNamePrefix()
 	var v1, v2 []pgadvisory.Declared
 	for i := range 20 {
 		name := fmt.Sprintf("%sl%02d", p, i)
@@ -223,13 +223,13 @@ func TestRegisterConcurrently(t *testing.T) {
 	for r, err := range errs {
 		require.NoError(t, err, "replica %d", r)
 	}
-	require.Len(t, regRows(t, db, `name LIKE $1`, p+"%"), 20)
+	require.Len(t, registryRows(t, db, `name LIKE $1`, p+"%"), 20)
 }
 
 func TestRegisterInstance(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
-	p := regPrefix()
+	p := uniqueNamePrefix()
 	archive := pgadvisory.Declared{Name: p + "archive", Doc: "Archives.", Params: []pgadvisory.DeclaredParam{
 		{Name: "tenant_uuid", Type: keyspace.UUID}, {Name: "kind", Type: keyspace.String}, {Name: "full", Type: keyspace.Bool}}}
 	plain := pgadvisory.Declared{Name: p + "plain", ID: keyspace.ID(p + "plain")}
@@ -239,14 +239,14 @@ func TestRegisterInstance(t *testing.T) {
 	params := []string{keyspace.UUIDParam(u), "it's ünïcode", keyspace.BoolParam(true)}
 	lock := pgadvisory.Lock{Name: archive.Name, ID: keyspace.ParamID(archive.Name, params...)}
 	require.NoError(t, pgadvisory.RegisterInstance(ctx, db, lock, params...))
-	row := regRows(t, db, `lock_id = $1`, lock.ID)[lock.ID]
+	row := registryRows(t, db, `lock_id = $1`, lock.ID)[lock.ID]
 	require.Equal(t, archive.Name, row.Name)
 	require.JSONEq(t, `{"tenant_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "kind": "it's ünïcode", "full": "true"}`, row.Params)
 	require.JSONEq(t, `[{"name": "tenant_uuid", "type": "uuid"}, {"name": "kind", "type": "string"}, {"name": "full", "type": "bool"}]`, row.DeclaredParams)
 	require.Equal(t, "Archives.", row.Doc)
 	// Again: nothing rewritten.
 	require.NoError(t, pgadvisory.RegisterInstance(ctx, db, lock, params...))
-	require.Equal(t, row, regRows(t, db, `lock_id = $1`, lock.ID)[lock.ID])
+	require.Equal(t, row, registryRows(t, db, `lock_id = $1`, lock.ID)[lock.ID])
 
 	// The SQL function canonicalizes other spellings to the same ID as Go.
 	var id int64
@@ -258,13 +258,13 @@ func TestRegisterInstance(t *testing.T) {
 	require.NoError(t, pgadvisory.Register(ctx, db, []pgadvisory.Declared{inv}))
 	require.NoError(t, db.QueryRow(`SELECT pgadvisory.register_instance($1, '+0' || $2::bigint::text)`, inv.Name, n).Scan(&id))
 	require.Equal(t, keyspace.ParamID(inv.Name, keyspace.Int64Param(n)), id)
-	require.JSONEq(t, fmt.Sprintf(`{"tenant_id": "%d"}`, n), regRows(t, db, `lock_id = $1`, id)[id].Params)
+	require.JSONEq(t, fmt.Sprintf(`{"tenant_id": "%d"}`, n), registryRows(t, db, `lock_id = $1`, id)[id].Params)
 
 	// Parameters that do not give lock.ID: refused before the database.
 	wrong := pgadvisory.Lock{Name: inv.Name, ID: keyspace.ParamID(inv.Name, "1")}
 	err := pgadvisory.RegisterInstance(ctx, db, wrong, "2")
 	require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
-	require.Empty(t, regRows(t, db, `lock_id = $1`, keyspace.ParamID(inv.Name, "2")))
+	require.Empty(t, registryRows(t, db, `lock_id = $1`, keyspace.ParamID(inv.Name, "2")))
 	// Non-canonical text that the caller also hashed: the database
 	// canonicalizes it to another ID, so the transaction rolls back.
 	odd := pgadvisory.Lock{Name: inv.Name, ID: keyspace.ParamID(inv.Name, "+07")}
@@ -272,10 +272,10 @@ func TestRegisterInstance(t *testing.T) {
 	require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 	require.ErrorContains(t, err, "not canonical")
 	seven := keyspace.ParamID(inv.Name, "7")
-	require.Empty(t, regRows(t, db, `lock_id = ANY($1)`, []int64{odd.ID, seven}), "rolled back")
+	require.Empty(t, registryRows(t, db, `lock_id = ANY($1)`, []int64{odd.ID, seven}), "rolled back")
 	// Control: the canonical spelling registers.
 	require.NoError(t, pgadvisory.RegisterInstance(ctx, db, pgadvisory.Lock{Name: inv.Name, ID: seven}, "7"))
-	require.Len(t, regRows(t, db, `lock_id = $1`, seven), 1)
+	require.Len(t, registryRows(t, db, `lock_id = $1`, seven), 1)
 
 	// Undeclared names, plain locks, wrong counts, bad values: the
 	// database refuses with a message naming the problem.

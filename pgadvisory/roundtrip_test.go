@@ -19,13 +19,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// rtPool is a one-connection pgx pool whose round trips c counts.
-func rtPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
+// countedPool is a one-connection pgx pool whose round trips c counts.
+func countedPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
 	t.Helper()
 	return testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1
@@ -34,9 +35,9 @@ func rtPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
 	})
 }
 
-// rtDB is a one-connection database/sql handle (pgx stdlib) whose round
+// countedDB is a one-connection database/sql handle (pgx stdlib) whose round
 // trips c counts.
-func rtDB(t testing.TB, c *wirecount.Counter) *sql.DB {
+func countedDB(t testing.TB, c *wirecount.Counter) *sql.DB {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
@@ -49,9 +50,9 @@ func rtDB(t testing.TB, c *wirecount.Counter) *sql.DB {
 	return db
 }
 
-// rtSteady warms op up (first use prepares its statements), then runs it
+// requireSteadyRoundTrips warms op up (first use prepares its statements), then runs it
 // three times and requires each run to cost exactly want round trips.
-func rtSteady(t *testing.T, c *wirecount.Counter, want int64, op func() error) {
+func requireSteadyRoundTrips(t *testing.T, c *wirecount.Counter, want int64, op func() error) {
 	t.Helper()
 	require.NoError(t, op(), "warm-up")
 	for i := range 3 {
@@ -61,8 +62,8 @@ func rtSteady(t *testing.T, c *wirecount.Counter, want int64, op func() error) {
 	}
 }
 
-// rtHold holds key exclusively on a separate, uncounted connection until t ends.
-func rtHold(t *testing.T, keys ...int64) {
+// holdElsewhere holds key exclusively on a separate, uncounted connection until t ends.
+func holdElsewhere(t *testing.T, keys ...int64) {
 	t.Helper()
 	conn, err := testdb.Pool(t).Acquire(context.Background())
 	require.NoError(t, err)
@@ -74,13 +75,13 @@ func rtHold(t *testing.T, keys ...int64) {
 	}
 }
 
-// rtLoser runs a call that loses the lock with the counter's gate letting
+// requireLoserRoundTrips runs a call that loses the lock with the counter's gate letting
 // only n round trips start. It requires the call to return ErrLocked while
 // the gate holds the rest back (so the caller waited for at most n), and the
 // count at that moment to be exactly n. It then requires one more round trip
 // (the ROLLBACK) to be waiting at the gate, releases it and waits until the
 // connection is idle again.
-func rtLoser(t *testing.T, c *wirecount.Counter, n int64, idle func() bool, op func() error) {
+func requireLoserRoundTrips(t *testing.T, c *wirecount.Counter, n int64, idle func() bool, op func() error) {
 	t.Helper()
 	before := c.RoundTrips()
 	release := c.Gate(n)
@@ -103,35 +104,27 @@ func rtLoser(t *testing.T, c *wirecount.Counter, n int64, idle func() bool, op f
 		"the background ROLLBACK should finish and return the connection")
 }
 
-func pgxIdle(pool *pgxpool.Pool) func() bool {
-	return func() bool { return pool.Stat().AcquiredConns() == 0 }
-}
-
-func sqlIdle(db *sql.DB) func() bool {
-	return func() bool { return db.Stats().InUse == 0 }
-}
-
 func TestRoundTripsControls(t *testing.T) {
 	ctx := context.Background()
 	c := wirecount.New()
-	db, pool := rtDB(t, c), rtPool(t, c)
+	db, pool := countedDB(t, c), countedPool(t, c)
 
 	t.Run("select1", func(t *testing.T) {
-		rtSteady(t, c, 1, func() error {
+		requireSteadyRoundTrips(t, c, 1, func() error {
 			var n int
 			return pool.QueryRow(ctx, "SELECT 1").Scan(&n)
 		})
 	})
 	t.Run("bare_tx_stdlib", func(t *testing.T) {
-		rtSteady(t, c, 3, func() error { return bareTxStdlib(ctx, db) })
+		requireSteadyRoundTrips(t, c, 3, func() error { return bareTxStdlib(ctx, db) })
 	})
 	t.Run("bare_tx_pgx", func(t *testing.T) {
-		rtSteady(t, c, 3, func() error { return bareTxPgx(ctx, pool) })
+		requireSteadyRoundTrips(t, c, 3, func() error { return bareTxPgx(ctx, pool) })
 	})
 	t.Run("pgx_begin_then_lock", func(t *testing.T) {
 		// pgx's non-pipelined BeginTx: the counter tells 3 from the pipelined 2.
 		key := testdb.Key(t)
-		rtSteady(t, c, 3, func() error {
+		requireSteadyRoundTrips(t, c, 3, func() error {
 			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 			if err != nil {
 				return err
@@ -146,15 +139,15 @@ func TestRoundTripsControls(t *testing.T) {
 	})
 	t.Run("design_source", func(t *testing.T) {
 		key := testdb.Key(t)
-		rtSteady(t, c, 3, func() error {
+		requireSteadyRoundTrips(t, c, 3, func() error {
 			return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
 		})
 	})
 	t.Run("design_source_loser_waits_for_rollback", func(t *testing.T) {
-		// Control for rtLoser: the design source rolls back before it returns,
+		// Control for requireLoserRoundTrips: the design source rolls back before it returns,
 		// so with the gate at 2 it cannot return; it needs a third round trip.
 		key := testdb.Key(t)
-		rtHold(t, key)
+		holdElsewhere(t, key)
 		op := func() error { return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil }) }
 		require.ErrorIs(t, op(), pglock.ErrLocked, "warm-up")
 		before := c.RoundTrips()
@@ -177,7 +170,7 @@ func TestRoundTripsControls(t *testing.T) {
 func TestRoundTripsRunExclusivePgx(t *testing.T) {
 	ctx := context.Background()
 	c := wirecount.New()
-	pool := rtPool(t, c)
+	pool := countedPool(t, c)
 	noop := func(pgx.Tx) error { return nil }
 
 	uncontended := []struct {
@@ -200,7 +193,7 @@ func TestRoundTripsRunExclusivePgx(t *testing.T) {
 			testdb.Key(t) // reserve key+1 and key+2 for WithLocks
 			testdb.Key(t)
 			called := 0
-			rtSteady(t, c, 2, func() error {
+			requireSteadyRoundTrips(t, c, 2, func() error {
 				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(tx pgx.Tx) error { called++; return nil }, tc.opts(key)...)
 			})
 			require.Equal(t, 4, called)
@@ -219,11 +212,11 @@ func TestRoundTripsRunExclusivePgx(t *testing.T) {
 		t.Run("loser/"+tc.name, func(t *testing.T) {
 			testdb.Key(t) // key-1 is free for WithLocks
 			key := testdb.Key(t)
-			rtHold(t, key)
+			holdElsewhere(t, key)
 			op := func() error { return pgadvisory.RunExclusivePgx(ctx, pool, key, noop, tc.opts(key)...) }
 			require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
-			require.Eventually(t, pgxIdle(pool), 30*time.Second, time.Millisecond)
-			rtLoser(t, c, 1, pgxIdle(pool), op)
+			require.Eventually(t, frontdoor.OnPool(pool).Idle, 30*time.Second, time.Millisecond)
+			requireLoserRoundTrips(t, c, 1, frontdoor.OnPool(pool).Idle, op)
 		})
 	}
 }
@@ -231,7 +224,7 @@ func TestRoundTripsRunExclusivePgx(t *testing.T) {
 func TestRoundTripsRunExclusive(t *testing.T) {
 	ctx := context.Background()
 	c := wirecount.New()
-	db := rtDB(t, c)
+	db := countedDB(t, c)
 	noop := func(*sql.Tx) error { return nil }
 
 	options := map[string]func(key int64) []pgadvisory.Option{
@@ -248,15 +241,15 @@ func TestRoundTripsRunExclusive(t *testing.T) {
 			key := testdb.Key(t)
 			testdb.Key(t)
 			testdb.Key(t)
-			rtSteady(t, c, 3, func() error { return pgadvisory.RunExclusive(ctx, db, key, noop, opts(key)...) })
+			requireSteadyRoundTrips(t, c, 3, func() error { return pgadvisory.RunExclusive(ctx, db, key, noop, opts(key)...) })
 		})
 	}
 	t.Run("loser", func(t *testing.T) {
 		key := testdb.Key(t)
-		rtHold(t, key)
+		holdElsewhere(t, key)
 		op := func() error { return pgadvisory.RunExclusive(ctx, db, key, noop) }
 		require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
-		require.Eventually(t, sqlIdle(db), 30*time.Second, time.Millisecond)
-		rtLoser(t, c, 2, sqlIdle(db), op) // BEGIN, lock; the ROLLBACK in the background
+		require.Eventually(t, frontdoor.OnDB(db).Idle, 30*time.Second, time.Millisecond)
+		requireLoserRoundTrips(t, c, 2, frontdoor.OnDB(db).Idle, op) // BEGIN, lock; the ROLLBACK in the background
 	})
 }

@@ -26,26 +26,26 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// roReplica is one service replica: its own pool, one front door.
-type roReplica struct {
+// replica is one service replica: its own pool, one front door.
+type replica struct {
 	name string
 	door frontdoor.Door
 }
 
-// roReplicas opens n replicas, alternating database/sql and pgx, each with
+// openReplicas opens n replicas, alternating database/sql and pgx, each with
 // its own two-connection pool (the lock transaction and the publish).
-func roReplicas(t *testing.T, n int) []roReplica {
+func openReplicas(t *testing.T, n int) []replica {
 	t.Helper()
-	out := make([]roReplica, n)
+	out := make([]replica, n)
 	for i := range out {
 		door := frontdoor.Open(t, frontdoor.Drivers[i%2], frontdoor.MaxConns(2))
-		out[i] = roReplica{name: fmt.Sprintf("replica-%d-%s", i, door.Label()), door: door}
+		out[i] = replica{name: fmt.Sprintf("replica-%d-%s", i, door.Label()), door: door}
 	}
 	return out
 }
 
-// roLedgerRow is a row of pgadvisory.run_once.
-type roLedgerRow struct {
+// runOnceRow is a row of pgadvisory.run_once.
+type runOnceRow struct {
 	lockID            int64
 	window            string
 	token             sql.NullInt64
@@ -54,15 +54,15 @@ type roLedgerRow struct {
 	ordered           bool // started_at <= finished_at, compared by the server
 }
 
-func roLedger(t testing.TB, db *sql.DB, key int64) []roLedgerRow {
+func runOnceRows(t testing.TB, db *sql.DB, key int64) []runOnceRow {
 	t.Helper()
 	rows, err := db.Query(`SELECT lock_id, window_key, token, holder, started_at, finished_at, started_at <= finished_at
 		FROM pgadvisory.run_once WHERE lock_id = $1 ORDER BY window_key`, key)
 	require.NoError(t, err)
 	defer rows.Close()
-	var out []roLedgerRow
+	var out []runOnceRow
 	for rows.Next() {
-		var r roLedgerRow
+		var r runOnceRow
 		require.NoError(t, rows.Scan(&r.lockID, &r.window, &r.token, &r.holder, &r.started, &r.finished, &r.ordered))
 		out = append(out, r)
 	}
@@ -70,8 +70,8 @@ func roLedger(t testing.TB, db *sql.DB, key int64) []roLedgerRow {
 	return out
 }
 
-// roReportTable is the report the job writes: one row per run.
-func roReportTable(t testing.TB, db *sql.DB) string {
+// newReportTable is the report the job writes: one row per run.
+func newReportTable(t testing.TB, db *sql.DB) string {
 	t.Helper()
 	tbl := pgx.Identifier{testdb.Schema(t), "reports"}.Sanitize()
 	_, err := db.Exec(`CREATE TABLE ` + tbl + ` (replica text NOT NULL, token bigint)`)
@@ -79,21 +79,21 @@ func roReportTable(t testing.TB, db *sql.DB) string {
 	return tbl
 }
 
-func roCount(t testing.TB, db *sql.DB, query string, args ...any) int64 {
+func countRows(t testing.TB, db *sql.DB, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, db.QueryRow(query, args...).Scan(&n))
 	return n
 }
 
-// roOutcome is what one replica's call returned.
-type roOutcome struct {
+// replicaOutcome is what one replica's call returned.
+type replicaOutcome struct {
 	replica string
 	err     error
 	late    bool
 }
 
-// roFire fires the daily report on every replica: the first five start
+// fireReport fires the daily report on every replica: the first five start
 // after random delays within 0.8 s, the last three after the first success
 // has committed (plus random delays up to 1.2 s, retrying on ErrLocked), so
 // the calls spread over about 2 s and some of them come after the report is
@@ -101,7 +101,7 @@ type roOutcome struct {
 // one report row through the lock transaction and then holds the lock until
 // some replica has been turned away with ErrLocked, so contention happens in
 // every run. runOnce=false is the control: plain RunExclusive, no ledger.
-func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, window, tbl string, runOnce bool, opts func(i int) []pgadvisory.Option) (outcomes []roOutcome, calls int64, tokens map[string]int64) {
+func fireReport(t *testing.T, ctx context.Context, replicas []replica, key int64, window, tbl string, runOnce bool, opts func(i int) []pgadvisory.Option) (outcomes []replicaOutcome, calls int64, tokens map[string]int64) {
 	t.Helper()
 	var (
 		nCalls      atomic.Int64
@@ -113,7 +113,7 @@ func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, 
 		wg          sync.WaitGroup
 	)
 	tokens = map[string]int64{}
-	outcomes = make([]roOutcome, len(replicas))
+	outcomes = make([]replicaOutcome, len(replicas))
 	for i, r := range replicas {
 		late := i >= 5
 		delay := time.Duration(rand.Int64N(int64(800 * time.Millisecond)))
@@ -164,7 +164,7 @@ func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, 
 			case err == pgadvisory.ErrLocked:
 				lockedOnce.Do(func() { close(locked) })
 			}
-			outcomes[i] = roOutcome{replica: r.name, err: err, late: late}
+			outcomes[i] = replicaOutcome{replica: r.name, err: err, late: late}
 		}()
 	}
 	wg.Wait()
@@ -173,7 +173,7 @@ func roFire(t *testing.T, ctx context.Context, replicas []roReplica, key int64, 
 
 func TestRunOnceReplicas(t *testing.T) {
 	admin := migrated.DB(t)
-	replicas := roReplicas(t, 8)
+	replicas := openReplicas(t, 8)
 	host, err := os.Hostname()
 	require.NoError(t, err)
 	defaultHolder := fmt.Sprintf("%s/%d", host, os.Getpid())
@@ -185,7 +185,7 @@ func TestRunOnceReplicas(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			tbl := roReportTable(t, admin)
+			tbl := newReportTable(t, admin)
 			window := pgadvisory.DailyWindow(time.Now(), nil)
 			opts := func(i int) []pgadvisory.Option {
 				if tc.fenced {
@@ -193,7 +193,7 @@ func TestRunOnceReplicas(t *testing.T) {
 				}
 				return nil
 			}
-			outcomes, calls, tokens := roFire(t, ctx, replicas, key, window, tbl, true, opts)
+			outcomes, calls, tokens := fireReport(t, ctx, replicas, key, window, tbl, true, opts)
 
 			var winner string
 			var nLocked, nDone, nLateDone int
@@ -218,9 +218,9 @@ func TestRunOnceReplicas(t *testing.T) {
 			require.Equal(t, int64(1), calls, "exactly one fn ran")
 			require.Positive(t, nLocked, "some replicas fired while the report ran")
 			require.Equal(t, 3, nLateDone, "every replica that fired after the success was told it is done")
-			require.Equal(t, int64(1), roCount(t, admin, `SELECT count(*) FROM `+tbl))
+			require.Equal(t, int64(1), countRows(t, admin, `SELECT count(*) FROM `+tbl))
 
-			ledger := roLedger(t, admin, key)
+			ledger := runOnceRows(t, admin, key)
 			require.Len(t, ledger, 1)
 			row := ledger[0]
 			require.Equal(t, window, row.window)
@@ -241,16 +241,16 @@ func TestRunOnceReplicas(t *testing.T) {
 	t.Run("control_run_exclusive", func(t *testing.T) {
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
-		tbl := roReportTable(t, admin)
-		outcomes, calls, _ := roFire(t, ctx, replicas, key, "", tbl, false, func(int) []pgadvisory.Option { return nil })
+		tbl := newReportTable(t, admin)
+		outcomes, calls, _ := fireReport(t, ctx, replicas, key, "", tbl, false, func(int) []pgadvisory.Option { return nil })
 		for _, o := range outcomes {
 			if o.late {
 				require.NoError(t, o.err, o.replica)
 			}
 		}
 		require.GreaterOrEqual(t, calls, int64(4), "without the ledger the report runs again (1 + 3 late replicas)")
-		require.Equal(t, calls, roCount(t, admin, `SELECT count(*) FROM `+tbl))
-		require.Empty(t, roLedger(t, admin, key))
+		require.Equal(t, calls, countRows(t, admin, `SELECT count(*) FROM `+tbl))
+		require.Empty(t, runOnceRows(t, admin, key))
 	})
 }
 
@@ -259,7 +259,7 @@ func TestRunOnceLedger(t *testing.T) {
 	for _, door := range fencing.Doors(t, nil) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
-			tbl := roReportTable(t, admin)
+			tbl := newReportTable(t, admin)
 			var calls atomic.Int64
 			job := func(fail error) func(frontdoor.Tx) error {
 				return func(tx frontdoor.Tx) error {
@@ -277,18 +277,18 @@ func TestRunOnceLedger(t *testing.T) {
 				boom := errors.New("report failed")
 				err := door.RunOnce(ctx, key, "2026-12-02", job(boom))
 				require.ErrorIs(t, err, boom)
-				require.Empty(t, roLedger(t, admin, key))
-				require.Equal(t, int64(0), roCount(t, admin, `SELECT count(*) FROM `+tbl))
+				require.Empty(t, runOnceRows(t, admin, key))
+				require.Equal(t, int64(0), countRows(t, admin, `SELECT count(*) FROM `+tbl))
 
 				require.NoError(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
-				require.Len(t, roLedger(t, admin, key), 1)
+				require.Len(t, runOnceRows(t, admin, key), 1)
 				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
 				require.Equal(t, int64(2), calls.Load(), "the third call did not run fn")
 
 				// A different window runs again.
 				require.NoError(t, door.RunOnce(ctx, key, "2026-12-03", job(nil)))
 				require.Equal(t, int64(3), calls.Load())
-				ledger := roLedger(t, admin, key)
+				ledger := runOnceRows(t, admin, key)
 				require.Len(t, ledger, 2)
 				require.Equal(t, []string{"2026-12-02", "2026-12-03"}, []string{ledger[0].window, ledger[1].window})
 				_, err = admin.Exec(`DELETE FROM ` + tbl)
@@ -324,8 +324,8 @@ func TestRunOnceLedger(t *testing.T) {
 					return err
 				})
 				require.Equal(t, pgadvisory.ErrAlreadyDone, err)
-				require.Equal(t, int64(0), roCount(t, admin, `SELECT count(*) FROM `+tbl+` WHERE replica = 'doomed'`))
-				ledger := roLedger(t, admin, key)
+				require.Equal(t, int64(0), countRows(t, admin, `SELECT count(*) FROM `+tbl+` WHERE replica = 'doomed'`))
+				ledger := runOnceRows(t, admin, key)
 				require.Len(t, ledger, 1)
 				require.Equal(t, "bypass", ledger[0].holder)
 			})
@@ -352,7 +352,7 @@ func TestRunOnceLedger(t *testing.T) {
 		pool := frontdoor.Open(t, frontdoor.Pgx, frontdoor.MaxConns(2)).Pool()
 		require.NoError(t, l.RunOnce(ctx, admin, "2026-12-02", noop, pgadvisory.WithHolder("lock-method")))
 		require.Equal(t, pgadvisory.ErrAlreadyDone, l.RunOncePgx(ctx, pool, "2026-12-02", func(pgx.Tx) error { return nil }))
-		ledger := roLedger(t, admin, l.ID)
+		ledger := runOnceRows(t, admin, l.ID)
 		require.Len(t, ledger, 1)
 		require.Equal(t, "lock-method", ledger[0].holder)
 	})

@@ -14,8 +14,8 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// sbConn opens a pgx connection, closed when t ends.
-func sbConn(t *testing.T, url string) *pgx.Conn {
+// connectTo opens a pgx connection, closed when t ends.
+func connectTo(t *testing.T, url string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), url)
 	require.NoError(t, err)
@@ -23,9 +23,9 @@ func sbConn(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
-// sbTry runs pg_try_advisory_xact_lock(key) on conn, the way a hand-written
+// tryHandWrittenLock runs pg_try_advisory_xact_lock(key) on conn, the way a hand-written
 // lock would, and rolls back.
-func sbTry(t *testing.T, conn *pgx.Conn, key int64) bool {
+func tryHandWrittenLock(t *testing.T, conn *pgx.Conn, key int64) bool {
 	t.Helper()
 	tx, err := conn.Begin(t.Context())
 	require.NoError(t, err)
@@ -35,8 +35,8 @@ func sbTry(t *testing.T, conn *pgx.Conn, key int64) bool {
 	return got
 }
 
-// sbLocks counts advisory locks on key held on conn's server.
-func sbLocks(t *testing.T, conn *pgx.Conn, key int64) int {
+// serverLocks counts advisory locks on key held on conn's server.
+func serverLocks(t *testing.T, conn *pgx.Conn, key int64) int {
 	t.Helper()
 	var n int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_locks
@@ -52,16 +52,16 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 	key := testdb.Key(t)
 
 	// The primary holds key.
-	holder := sbConn(t, primary.URL())
+	holder := connectTo(t, primary.URL())
 	_, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = holder.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") })
-	require.False(t, sbTry(t, sbConn(t, primary.URL()), key), "control: on the primary the key is taken")
+	require.False(t, tryHandWrittenLock(t, connectTo(t, primary.URL()), key), "control: on the primary the key is taken")
 
 	// The trap is real: on the standby a hand-written lock is "granted"
 	// while the primary holds the same key.
-	raw := sbConn(t, standby.URL())
-	require.True(t, sbTry(t, raw, key), "on the standby pg_try_advisory_xact_lock excludes nobody")
+	raw := connectTo(t, standby.URL())
+	require.True(t, tryHandWrittenLock(t, raw, key), "on the standby pg_try_advisory_xact_lock excludes nobody")
 
 	db, err := sql.Open("pgx", standby.URL())
 	require.NoError(t, err)
@@ -92,9 +92,9 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 				require.ErrorAs(t, err, &e)
 				require.Equal(t, []int64{key}, e.LockIDs)
 				// Nothing stays locked on the standby's connections.
-				require.Zero(t, sbLocks(t, raw, key))
+				require.Zero(t, serverLocks(t, raw, key))
 			})
 		}
 	}
-	require.Equal(t, 1, sbLocks(t, holder, key), "the primary still holds the key")
+	require.Equal(t, 1, serverLocks(t, holder, key), "the primary still holds the key")
 }
