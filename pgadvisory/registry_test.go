@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/examples/locks"
+	"github.com/lockgen/lockgen/internal/testkit/generatedlocks"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
@@ -80,14 +80,14 @@ func declarationRows(t *testing.T, db *sql.DB, where string, args ...any) map[st
 func TestRegisterGeneratedDeclarations(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
-	require.NoError(t, pgadvisory.Register(ctx, db, locks.Declared))
+	require.NoError(t, pgadvisory.Register(ctx, db, generatedlocks.Declared))
 
-	names := make([]string, len(locks.Declared))
-	for i, d := range locks.Declared {
+	names := make([]string, len(generatedlocks.Declared))
+	for i, d := range generatedlocks.Declared {
 		names[i] = d.Name
 	}
 	decls := declarationRows(t, db, `name = ANY($1)`, names)
-	require.Len(t, decls, len(locks.Declared))
+	require.Len(t, decls, len(generatedlocks.Declared))
 	require.Equal(t, int64(-6078806957557529815), decls["reports.daily_email"].LockID.Int64)
 	require.Equal(t, "Sends the end-of-day report e-mail once per day.", decls["reports.daily_email"].Doc)
 	require.Empty(t, decls["reports.daily_email"].DeclaredParams)
@@ -101,7 +101,7 @@ func TestRegisterGeneratedDeclarations(t *testing.T) {
 
 	reg := registryRows(t, db, `name = ANY($1)`, names)
 	require.Len(t, reg, 3, "one registry row per plain lock, none for parameterized ones")
-	for _, d := range locks.Declared {
+	for _, d := range generatedlocks.Declared {
 		if d.Params == nil {
 			require.Equal(t, d.Name, reg[d.ID].Name)
 			require.Equal(t, d.Doc, reg[d.ID].Doc)
@@ -303,12 +303,12 @@ func TestRegisterWithoutMigrations(t *testing.T) {
 	freshMigrationState(t, db)
 	t.Cleanup(func() { require.NoError(t, pgadvisory.Migrate(ctx, db)) })
 
-	err := pgadvisory.Register(ctx, db, locks.Declared)
+	err := pgadvisory.Register(ctx, db, generatedlocks.Declared)
 	require.ErrorContains(t, err, "pgadvisory: register: the lock registry is missing: run pgadvisory.Migrate or goose up first")
-	err = pgadvisory.RegisterInstance(ctx, db, locks.BillingInvoice(1), "1")
+	err = pgadvisory.RegisterInstance(ctx, db, generatedlocks.BillingInvoice(1), "1")
 	require.ErrorContains(t, err, "the lock registry is missing")
 	// Control: migrated, the same calls work.
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
-	require.NoError(t, pgadvisory.Register(ctx, db, locks.Declared))
-	require.NoError(t, pgadvisory.RegisterInstance(ctx, db, locks.BillingInvoice(1), "1"))
+	require.NoError(t, pgadvisory.Register(ctx, db, generatedlocks.Declared))
+	require.NoError(t, pgadvisory.RegisterInstance(ctx, db, generatedlocks.BillingInvoice(1), "1"))
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgen/lockgen/examples/locks"
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/status"
+	"github.com/lockgen/lockgen/internal/testkit/generatedlocks"
 	"github.com/lockgen/lockgen/internal/testkit/lockscene"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -152,7 +152,7 @@ func TestStatusCommandWithoutMigrations(t *testing.T) {
 	require.Equal(t, exitFail, code)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "lockgen: status: the view pgadvisory.status is missing: run pgadvisory.Migrate or goose up first")
-	code, _, errOut = lockgen("register", "-f", "../../examples/locks/locks.yaml", "-db", parsed.String())
+	code, _, errOut = lockgen("register", "-f", "../../internal/testkit/generatedlocks/locks.yaml", "-db", parsed.String())
 	require.Equal(t, exitFail, code)
 	require.Contains(t, errOut, "the lock registry is missing: run pgadvisory.Migrate or goose up first")
 }
@@ -160,11 +160,11 @@ func TestStatusCommandWithoutMigrations(t *testing.T) {
 // TestRegisterDeclaredMatchesGenerated: what lockgen register registers from
 // a locks.yaml is exactly the generated Declared.
 func TestRegisterDeclaredMatchesGenerated(t *testing.T) {
-	loaded, err := decl.Load("../../examples/locks/locks.yaml", decl.LoadOptions{})
+	loaded, err := decl.Load("../../internal/testkit/generatedlocks/locks.yaml", decl.LoadOptions{})
 	require.NoError(t, err)
 	got := declared(loaded.File)
 	slices.SortFunc(got, func(a, b pgadvisory.Declared) int { return strings.Compare(a.Name, b.Name) })
-	require.Equal(t, locks.Declared, got)
+	require.Equal(t, generatedlocks.Declared, got)
 }
 
 // TestRegisterCommandMatchesRegister: the registry rows lockgen register
@@ -173,8 +173,8 @@ func TestRegisterCommandMatchesRegister(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.DB(t)
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
-	names := make([]string, len(locks.Declared))
-	for i, d := range locks.Declared {
+	names := make([]string, len(generatedlocks.Declared))
+	for i, d := range generatedlocks.Declared {
 		names[i] = d.Name
 	}
 	clear := func() {
@@ -194,15 +194,15 @@ func TestRegisterCommandMatchesRegister(t *testing.T) {
 	clear()
 	require.Equal(t, "[][]", snapshot())
 
-	code, out, errOut := lockgen("register", "-f", "../../examples/locks/locks.yaml", "-db", testdb.URL(t))
+	code, out, errOut := lockgen("register", "-f", "../../internal/testkit/generatedlocks/locks.yaml", "-db", testdb.URL(t))
 	require.Equal(t, exitOK, code, errOut)
-	require.Equal(t, "registered 5 lock(s) from ../../examples/locks/locks.yaml: 3 plain, 2 parameterized\n", out)
+	require.Equal(t, "registered 5 lock(s) from ../../internal/testkit/generatedlocks/locks.yaml: 3 plain, 2 parameterized\n", out)
 	fromCLI := snapshot()
 	require.Contains(t, fromCLI, `"maintenance.nightly_cleanup"`)
 	require.Contains(t, fromCLI, `"tenant_uuid"`)
 
 	clear()
-	require.NoError(t, pgadvisory.Register(ctx, db, locks.Declared))
+	require.NoError(t, pgadvisory.Register(ctx, db, generatedlocks.Declared))
 	require.Equal(t, fromCLI, snapshot())
 
 	// Control: the snapshot sees a difference in any registered field.

@@ -32,7 +32,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	if src, err := os.ReadFile("../../examples/locks/locks.yaml"); err == nil {
+	if src, err := os.ReadFile("../testkit/generatedlocks/locks.yaml"); err == nil {
 		f.Add(src)
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
