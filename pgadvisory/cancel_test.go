@@ -23,8 +23,8 @@ import (
 // Cancelation tests: a context that is done before the call, while it waits
 // for the lock, while fn runs, or by the time fn returns. The call must end,
 // its error must wrap ctx.Err(), nothing may be committed and nothing may
-// stay checked out or locked. The witness and requireNoLeak/requireUsable
-// are shared with failures_test.go.
+// stay checked out or locked. failurePoolSize is in
+// failures_connection_test.go.
 
 // statementCounter is a pgx tracer that counts the statements and batches a
 // pool sends.
@@ -154,8 +154,8 @@ func TestCancelWhileWaiting(t *testing.T) {
 			return w.Locks(t, false, key) == 0 && w.Locks(t, true, key) == 0
 		}, 30*time.Second, 10*time.Millisecond, "no waiter or holder left on the server")
 		require.True(t, w.LockFree(t, key))
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 }
 
@@ -195,7 +195,7 @@ func TestCancelDeadlineInFn(t *testing.T) {
 				require.ErrorAs(t, err, &pe)
 				require.Equal(t, "fn", pe.Op)
 				require.False(t, w.Committed(t, "deadline"))
-				requireNoLeak(t, door)
+				frontdoor.RequireIdle(t, door)
 				// The lock may outlive the call briefly: database/sql rolls a
 				// canceled transaction back on a goroutine of its own, and pgx,
 				// when a statement was in flight, closes the connection and
@@ -230,8 +230,8 @@ func TestCancelFnReturnsNilAfterCancel(t *testing.T) {
 		// database/sql rolls back a canceled transaction on a goroutine of
 		// its own, which may still be at work when the call returns.
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 }
 
@@ -283,7 +283,7 @@ func TestCancelServerSide(t *testing.T) {
 			released = true
 			close(release)
 			require.NoError(t, frontdoor.Await(t, holderDone, "the holder"))
-			requireNoLeak(t, door)
+			frontdoor.RequireIdle(t, door)
 		})
 		t.Run("pg_sleep", func(t *testing.T) {
 			w := witness.New(t)
@@ -306,8 +306,8 @@ func TestCancelServerSide(t *testing.T) {
 			sqlstate.Require(t, err, "57014", "the server canceled the statement")
 			require.True(t, w.LockFree(t, key), "the server stopped the statement and rolled back before the call returned")
 			require.False(t, w.Committed(t, "sleeping"))
-			requireNoLeak(t, door)
-			requireUsable(t, w, door, key, "next-call")
+			frontdoor.RequireIdle(t, door)
+			w.RequireUsable(t, door, key, "next-call")
 		})
 	})
 }

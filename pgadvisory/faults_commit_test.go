@@ -38,8 +38,7 @@ import (
 // driver error in both cases, although one did not commit and the other did,
 // so a caller reading "error, so nothing happened" is wrong in the second.
 //
-// The witness and requireNoLeak/requireUsable are shared with
-// failures_test.go.
+// failurePoolSize is in failures_connection_test.go.
 
 // sleepInCommitSeconds bounds how long the deferred trigger sleeps inside COMMIT.
 // The test kills the backend as soon as it is seen sleeping, so this is not
@@ -174,8 +173,8 @@ func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
 		require.False(t, w.Committed(t, "in-commit"), "killed before the commit record: rolled back")
 		require.True(t, w.LockFree(t, key))
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 	t.Run("control-design-source", func(t *testing.T) {
 		ctx := testdb.Context(t)
@@ -276,7 +275,7 @@ func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
 		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
 			"killed after the commit record: committed locally")
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		requireNoLeak(t, door)
+		frontdoor.RequireIdle(t, door)
 		requireUsableLocalCommit(t, w, door, key, "next-call")
 	})
 	t.Run("control-design-source", func(t *testing.T) {

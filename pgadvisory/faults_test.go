@@ -27,8 +27,8 @@ import (
 // Fault-injection tests (research reliability.md §4.4 items 2 and 11): the
 // ledger under a nemesis that kills the lock holder's backend and cuts
 // clients while COMMIT is in flight; a session lock whose link goes silent;
-// how long the server keeps a half-open holder's lock. The witness and
-// requireNoLeak/requireUsableAfterKills are shared with failures_test.go.
+// how long the server keeps a half-open holder's lock. failurePoolSize is in
+// failures_connection_test.go.
 
 const (
 	nemesisWorkers = 8
@@ -259,8 +259,8 @@ func TestFaultKillLedger(t *testing.T) {
 		require.Positive(t, ta.counts[outcomeOK], "some calls succeeded")
 		require.Eventually(t, func() bool { return w.Locks(t, true, key)+w.Locks(t, false, key) == 0 },
 			30*time.Second, 10*time.Millisecond, "no lock left behind")
-		requireNoLeak(t, door)
-		requireUsableAfterKills(t, w, door, key, failurePoolSize, "after-nemesis")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsableAfterKills(t, door, key, failurePoolSize, "after-nemesis")
 	})
 }
 
@@ -464,7 +464,7 @@ func TestFaultHalfOpenHoldTime(t *testing.T) {
 			require.False(t, w.Committed(t, "half-open"))
 			px.Blackhole(false)
 			require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-			requireNoLeak(t, door)
+			frontdoor.RequireIdle(t, door)
 		})
 	}
 }

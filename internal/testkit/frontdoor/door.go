@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -169,4 +170,11 @@ func pgxFn(fn func(Tx) error) func(pgx.Tx) error {
 		return nil
 	}
 	return func(tx pgx.Tx) error { return fn(PgxTx(tx)) }
+}
+
+// RequireIdle waits until d has no connection checked out, and fails t if
+// one stays out for 30s (a leak).
+func RequireIdle(t testing.TB, d Door) {
+	t.Helper()
+	require.Eventually(t, d.Idle, 30*time.Second, 10*time.Millisecond, "%s: connections still checked out", d)
 }

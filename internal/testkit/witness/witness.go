@@ -17,12 +17,14 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // Witness is a connection pool that watches, and the table fn writes marks
@@ -166,4 +168,36 @@ func (w *Witness) BlockedBy(t testing.TB, pid int64, pattern string) int64 {
 		return -1
 	}
 	return n
+}
+
+// RequireUsable shows that door still works after a failure: a call that
+// marks label commits, and the witness sees the mark.
+func (w *Witness) RequireUsable(t testing.TB, door frontdoor.Door, key int64, label string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return w.Mark(ctx, tx, label) }))
+	require.True(t, w.Committed(t, label), "control: a committed mark is seen")
+}
+
+// RequireUsableAfterKills shows that door still works after a nemesis that
+// may have signalled a holder whose call then ended normally: such a
+// connection went back to the pool idle and its backend exits afterwards,
+// which no client can know before it uses the connection again. Each such
+// stale connection costs at most one call, which must fail as ErrConnLost
+// (nothing committed); within maxConns+1 calls one must commit.
+func (w *Witness) RequireUsableAfterKills(t testing.TB, door frontdoor.Door, key int64, maxConns int, label string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := 0; attempt <= maxConns; attempt++ {
+		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return w.Mark(ctx, tx, label) })
+		if err == nil {
+			require.True(t, w.Committed(t, label), "control: a committed mark is seen")
+			return
+		}
+		require.ErrorIs(t, err, pgadvisory.ErrConnLost, "attempt %d: only a stale pooled connection may fail a call", attempt)
+		t.Logf("attempt %d found a stale pooled connection: %v", attempt, err)
+	}
+	t.Fatalf("%s: no call committed in %d attempts", door, maxConns+1)
 }

@@ -2,10 +2,6 @@ package pgadvisory_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,52 +18,13 @@ import (
 )
 
 // Failure-mode tests: what RunExclusive and RunExclusivePgx report, commit
-// and leave locked when the backend dies, the connection breaks (before or
-// during COMMIT), fn deadlocks, fails, panics or swallows an error. Every
-// test runs over both front doors, each on a pool of its own, and checks the
-// outcome from a witness (internal/testkit/witness): rows committed, the lock
-// free, no connection left checked out.
-
-// failurePoolSize bounds the pool of each door a failure test opens.
-const failurePoolSize = 8
-
-// requireNoLeak waits until door has no connection checked out.
-func requireNoLeak(t *testing.T, door frontdoor.Door) {
-	t.Helper()
-	require.Eventually(t, door.Idle, 30*time.Second, 10*time.Millisecond,
-		"%s: connections still checked out", door)
-}
-
-// requireUsable shows the door still works: a call commits.
-func requireUsable(t *testing.T, w *witness.Witness, door frontdoor.Door, key int64, label string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return w.Mark(ctx, tx, label) }))
-	require.True(t, w.Committed(t, label), "control: a committed mark is seen")
-}
-
-// requireUsableAfterKills shows the door still works after a nemesis that
-// may have signalled a holder whose call then ended normally: such a
-// connection went back to the pool idle and its backend exits afterwards,
-// which no client can know before it uses the connection again. Each such
-// stale connection costs at most one call, which must fail as ErrConnLost
-// (nothing committed); within maxConns+1 calls one must commit.
-func requireUsableAfterKills(t *testing.T, w *witness.Witness, door frontdoor.Door, key int64, maxConns int, label string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for attempt := 0; attempt <= maxConns; attempt++ {
-		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return w.Mark(ctx, tx, label) })
-		if err == nil {
-			require.True(t, w.Committed(t, label), "control: a committed mark is seen")
-			return
-		}
-		require.ErrorIs(t, err, pgadvisory.ErrConnLost, "attempt %d: only a stale pooled connection may fail a call", attempt)
-		t.Logf("attempt %d found a stale pooled connection: %v", attempt, err)
-	}
-	t.Fatalf("%s: no call committed in %d attempts", door, maxConns+1)
-}
+// and leave locked when something fails. Every test runs over both front
+// doors, each on a pool of its own (failurePoolSize), and checks the outcome
+// from a witness (internal/testkit/witness): rows committed, the lock free,
+// no connection left checked out. The family: failures_connection_test.go
+// (this file: the backend dies or the connection breaks, before or during
+// COMMIT), failures_fn_test.go (fn deadlocks, fails, panics or swallows an
+// error), cancel_test.go (contexts), faults_*_test.go (fault injection).
 
 // TestFailBackendTerminated: the holder's backend is killed
 // (pg_terminate_backend) in the middle of fn. The call reports ErrConnLost
@@ -95,8 +52,8 @@ func TestFailBackendTerminated(t *testing.T) {
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "57P01")
 		require.False(t, w.Committed(t, "before-kill"))
 		require.True(t, w.LockFree(t, key))
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 }
 
@@ -133,8 +90,8 @@ func TestFailIdleInTransactionTimeout(t *testing.T) {
 				sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, op, "25P03")
 				require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
 				require.False(t, w.Committed(t, "idle"))
-				requireNoLeak(t, door)
-				requireUsable(t, w, door, key, "next-call")
+				frontdoor.RequireIdle(t, door)
+				w.RequireUsable(t, door, key, "next-call")
 			})
 		}
 	})
@@ -160,8 +117,8 @@ func TestFailConnectionCut(t *testing.T) {
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "")
 		require.False(t, w.Committed(t, "before-cut"))
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 }
 
@@ -196,158 +153,8 @@ func TestFailConnectionLostDuringCommit(t *testing.T) {
 		require.Eventually(t, func() bool { return w.Committed(t, "committed-unseen") }, 30*time.Second, 10*time.Millisecond,
 			"the server committed although the client never heard so")
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
-	})
-}
-
-// TestFailDeadlockInFn: two calls hold k1 and k2 and then each asks, inside
-// fn, for the other's key. The server breaks the cycle: exactly one call
-// reports ErrDeadlock (40P01) and commits nothing; the other then gets its
-// second lock and commits.
-func TestFailDeadlockInFn(t *testing.T) {
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		w := witness.New(t)
-		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
-		keys := [2]int64{testdb.Key(t), testdb.Key(t)}
-		holding := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
-		var errs [2]error
-		var wg sync.WaitGroup
-		for i := range 2 {
-			wg.Go(func() {
-				errs[i] = door.RunExclusive(ctx, keys[i], func(tx frontdoor.Tx) error {
-					if err := w.Mark(ctx, tx, "call"+strconv.Itoa(i)); err != nil {
-						return err
-					}
-					close(holding[i])
-					select { // both hold their first lock before either asks for the second
-					case <-holding[1-i]:
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-					return tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", keys[1-i])
-				})
-			})
-		}
-		wg.Wait()
-		loser := 0
-		if errs[0] == nil {
-			loser = 1
-		}
-		require.NoError(t, errs[1-loser], "the survivor commits")
-		sqlstate.RequireTyped(t, errs[loser], pgadvisory.ErrDeadlock, "fn", "40P01")
-		require.False(t, w.Committed(t, "call"+strconv.Itoa(loser)))
-		require.True(t, w.Committed(t, "call"+strconv.Itoa(1-loser)))
-		require.True(t, w.LockFree(t, keys[0]))
-		require.True(t, w.LockFree(t, keys[1]))
-		requireNoLeak(t, door)
-	})
-}
-
-// stepError is a typed error fn returns, to show errors.As through the result.
-type stepError struct{ step int }
-
-func (e *stepError) Error() string { return "step " + strconv.Itoa(e.step) + " failed" }
-
-// TestFailFnError: fn's error rolls back, is returned so that errors.Is and
-// errors.As find it (plain and wrapped), and the lock is released.
-func TestFailFnError(t *testing.T) {
-	boom := errors.New("boom")
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		for _, tc := range []struct {
-			name string
-			err  error
-		}{
-			{"plain", boom},
-			{"wrapped", fmt.Errorf("sending the report: %w", boom)},
-			{"typed", fmt.Errorf("report: %w", &stepError{step: 3})},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				ctx := testdb.Context(t)
-				w := witness.New(t)
-				door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
-				key := testdb.Key(t)
-				err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-					require.NoError(t, w.Mark(ctx, tx, "failed"))
-					return tc.err
-				})
-				require.Error(t, err)
-				if tc.name == "typed" {
-					var fe *stepError
-					require.ErrorAs(t, err, &fe)
-					require.Equal(t, 3, fe.step)
-				} else {
-					require.ErrorIs(t, err, boom)
-				}
-				require.Equal(t, tc.err, err, "an error without a special meaning comes back as fn returned it")
-				require.False(t, w.Committed(t, "failed"))
-				require.True(t, w.LockFree(t, key), "released with the rollback, before the call returned")
-				requireNoLeak(t, door)
-				requireUsable(t, w, door, key, "next-call")
-			})
-		}
-	})
-}
-
-// recovered runs f and returns what it panicked with, or nil.
-func recovered(f func()) (v any) {
-	defer func() { v = recover() }()
-	f()
-	return nil
-}
-
-// TestFailFnPanics: a panic in fn propagates to the caller after the
-// transaction was rolled back and its connection returned.
-func TestFailFnPanics(t *testing.T) {
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		w := witness.New(t)
-		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
-		key := testdb.Key(t)
-		type panicValue struct{ n int }
-		var ret error
-		v := recovered(func() {
-			ret = door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-				require.NoError(t, w.Mark(ctx, tx, "panicked"))
-				require.Equal(t, 1, door.InUse(), "control: the leak check sees a checked-out connection")
-				panic(panicValue{n: 7})
-			})
-		})
-		require.Equal(t, panicValue{n: 7}, v, "the panic reaches the caller unchanged")
-		require.NoError(t, ret, "the call did not return normally")
-		require.False(t, w.Committed(t, "panicked"))
-		require.True(t, w.LockFree(t, key))
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
-	})
-}
-
-// TestFailSwallowedSQLError: fn ignores a failed statement (the transaction
-// is now aborted) and returns nil. COMMIT then rolls back: the call fails,
-// knowing that nothing was committed.
-func TestFailSwallowedSQLError(t *testing.T) {
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		w := witness.New(t)
-		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
-		key := testdb.Key(t)
-		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-			require.NoError(t, w.Mark(ctx, tx, "swallowed"))
-			require.Error(t, tx.Exec(ctx, "SELECT 1/0"), "control: the statement fails")
-			return nil
-		})
-		require.Error(t, err)
-		var pe *pgadvisory.Error
-		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "commit", pe.Op)
-		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
-		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown, "the outcome is known: rolled back")
-		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
-		require.False(t, w.Committed(t, "swallowed"))
-		require.True(t, w.LockFree(t, key))
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 }
 
@@ -377,8 +184,8 @@ func TestFailHalfOpenConnection(t *testing.T) {
 		px.Blackhole(false)
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
 		require.False(t, w.Committed(t, "half-open"))
-		requireNoLeak(t, door)
-		requireUsable(t, w, door, key, "next-call")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
 	})
 }
 
@@ -436,8 +243,12 @@ func TestFailClientGoneMidStatement(t *testing.T) {
 				// pgxpool counts the dead connection as checked out until pgx's
 				// cancel request, held by the blackhole, is through.
 				px.Blackhole(false)
-				requireNoLeak(t, door)
+				frontdoor.RequireIdle(t, door)
 			})
 		})
 	}
 }
+
+// failurePoolSize bounds the pool of each door a failure, cancelation or
+// fault test opens.
+const failurePoolSize = 8
