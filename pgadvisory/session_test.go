@@ -3,9 +3,7 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,58 +21,6 @@ import (
 // Who holds what is read from pg_locks (witness.Holds), never inferred from
 // try-lock results alone: a session lock leaked on a pooled connection is
 // re-entrant for that connection, so only pg_locks shows it reliably.
-
-// sessionPools are one test's pools: db for RunSession, RunExclusive and
-// the witness's pg_locks probes, pool for RunSessionPgx and RunExclusivePgx.
-type sessionPools struct {
-	db   *sql.DB
-	pool *pgxpool.Pool
-	w    *witness.Witness // on db
-}
-
-// forEachSessionDoor runs body for each front door with fresh pools
-// (maxConns 0 keeps frontdoor's default size). door is the door under test,
-// other the opposite one.
-func forEachSessionDoor(t *testing.T, maxConns int, body func(t *testing.T, e *sessionPools, door, other frontdoor.Door)) {
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		var opts []frontdoor.Option
-		if maxConns > 0 {
-			opts = append(opts, frontdoor.MaxConns(maxConns))
-		}
-		doors := map[frontdoor.Driver]frontdoor.Door{}
-		for _, d := range frontdoor.Drivers {
-			doors[d] = frontdoor.Open(t, d, opts...)
-		}
-		e := &sessionPools{db: doors[frontdoor.SQL].DB(), pool: doors[frontdoor.Pgx].Pool()}
-		e.w = witness.Of(e.db)
-		other := doors[frontdoor.SQL]
-		if drv == frontdoor.SQL {
-			other = doors[frontdoor.Pgx]
-		}
-		body(t, e, doors[drv], other)
-	})
-}
-
-// notCalled is a session fn that fails the test if it runs.
-func notCalled(t *testing.T) func(context.Context) error {
-	return func(context.Context) error {
-		t.Error("fn was called although the lock is held elsewhere")
-		return nil
-	}
-}
-
-// requireSessionFree checks that nobody holds key, and that a transaction
-// lock and another session on it succeed at once.
-func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key int64) {
-	t.Helper()
-	ctx := testdb.Context(t)
-	require.Empty(t, e.w.Holds(t, key))
-	called := false
-	require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
-	require.True(t, called)
-	require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { return nil }))
-	require.Empty(t, e.w.Holds(t, key))
-}
 
 func TestSessionExcludesWhileFnRuns(t *testing.T) {
 	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
@@ -115,41 +61,6 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 		require.NotEqual(t, txids[0], txids[2], "fn's work ran in separate transactions")
 		// Control: the same checks succeed once the session is over.
 		requireSessionFree(t, e, other, key)
-	})
-}
-
-func TestSessionReleasedWhenFnEnds(t *testing.T) {
-	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
-		ctx := testdb.Context(t)
-		t.Run("return", func(t *testing.T) {
-			key := testdb.Key(t)
-			require.NoError(t, door.RunSession(ctx, key, func(context.Context) error {
-				e.w.Holder(t, key)
-				return nil
-			}))
-			requireSessionFree(t, e, other, key)
-		})
-		t.Run("error", func(t *testing.T) {
-			key := testdb.Key(t)
-			boom := errors.New("boom")
-			err := door.RunSession(ctx, key, func(context.Context) error {
-				e.w.Holder(t, key)
-				return boom
-			})
-			require.ErrorIs(t, err, boom)
-			require.NotErrorIs(t, err, pgadvisory.ErrLockLost)
-			requireSessionFree(t, e, other, key)
-		})
-		t.Run("panic", func(t *testing.T) {
-			key := testdb.Key(t)
-			require.PanicsWithValue(t, "boom", func() {
-				_ = door.RunSession(ctx, key, func(context.Context) error {
-					e.w.Holder(t, key)
-					panic("boom")
-				})
-			})
-			requireSessionFree(t, e, other, key)
-		})
 	})
 }
 
@@ -299,167 +210,54 @@ func TestSessionMultipleLocks(t *testing.T) {
 	})
 }
 
-func TestSessionNoLockLeftOnPool(t *testing.T) {
-	// A small pool, so that the calls below reuse the same few connections
-	// over and over.
-	forEachSessionDoor(t, 3, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
-		ctx := testdb.Context(t)
-		k1, k2, k3 := testdb.Key(t), testdb.Key(t), testdb.Key(t)
-		boom := errors.New("boom")
-		cases := []func(){
-			func() { require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error { return nil })) },
-			func() {
-				require.ErrorIs(t, door.RunSession(ctx, k1, func(context.Context) error { return boom }), boom)
-			},
-			func() {
-				require.Panics(t, func() { _ = door.RunSession(ctx, k1, func(context.Context) error { panic("boom") }) })
-			},
-			func() {
-				require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithShared(), pgadvisory.WithLocks(k2, k3)))
-			},
-			func() {
-				require.NoError(t, door.RunSession(ctx, k1, func(ctx context.Context) error {
-					require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2)))
-					return nil
-				}))
-			},
-			func() {
-				require.NoError(t, other.RunSession(ctx, k3, func(ctx context.Context) error {
-					require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3)))
-					return nil
-				}))
-			},
+// sessionPools are one test's pools: db for RunSession, RunExclusive and
+// the witness's pg_locks probes, pool for RunSessionPgx and RunExclusivePgx.
+type sessionPools struct {
+	db   *sql.DB
+	pool *pgxpool.Pool
+	w    *witness.Witness // on db
+}
+
+// forEachSessionDoor runs body for each front door with fresh pools
+// (maxConns 0 keeps frontdoor's default size). door is the door under test,
+// other the opposite one.
+func forEachSessionDoor(t *testing.T, maxConns int, body func(t *testing.T, e *sessionPools, door, other frontdoor.Door)) {
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		var opts []frontdoor.Option
+		if maxConns > 0 {
+			opts = append(opts, frontdoor.MaxConns(maxConns))
 		}
-		for i := range 4 * len(cases) {
-			cases[i%len(cases)]()
-			require.Empty(t, e.w.Holds(t, k1, k2, k3), "after case %d", i%len(cases))
+		doors := map[frontdoor.Driver]frontdoor.Door{}
+		for _, d := range frontdoor.Drivers {
+			doors[d] = frontdoor.Open(t, d, opts...)
 		}
+		e := &sessionPools{db: doors[frontdoor.SQL].DB(), pool: doors[frontdoor.Pgx].Pool()}
+		e.w = witness.Of(e.db)
+		other := doors[frontdoor.SQL]
+		if drv == frontdoor.SQL {
+			other = doors[frontdoor.Pgx]
+		}
+		body(t, e, doors[drv], other)
 	})
 }
 
-// TestSessionLeakCheckControl shows that witness.Holds sees a session lock left
-// on an idle pooled connection, the failure TestSessionNoLockLeftOnPool
-// would catch.
-func TestSessionLeakCheckControl(t *testing.T) {
+// notCalled is a session fn that fails the test if it runs.
+func notCalled(t *testing.T) func(context.Context) error {
+	return func(context.Context) error {
+		t.Error("fn was called although the lock is held elsewhere")
+		return nil
+	}
+}
+
+// requireSessionFree checks that nobody holds key, and that a transaction
+// lock and another session on it succeed at once.
+func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key int64) {
+	t.Helper()
 	ctx := testdb.Context(t)
-	db := testdb.DB(t)
-	leaky := testdb.DB(t)
-	key := testdb.Key(t)
-	conn, err := leaky.Conn(ctx)
-	require.NoError(t, err)
-	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close()) // back to the pool, lock and all
-	holds := witness.Of(db).Holds(t, key)
-	require.Len(t, holds, 1)
-	require.Equal(t, "idle", holds[0].State)
-	require.NoError(t, leaky.Close()) // closing the connections releases it
-	require.Eventually(t, func() bool { return len(witness.Of(db).Holds(t, key)) == 0 }, 30*time.Second, 20*time.Millisecond)
-}
-
-func TestSessionLockLost(t *testing.T) {
-	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
-		ctx := testdb.Context(t)
-		interval := pgadvisory.WithCheckInterval(50 * time.Millisecond)
-
-		t.Run("backend terminated", func(t *testing.T) {
-			key := testdb.Key(t)
-			var cause error
-			var events []pgadvisory.Event
-			err := door.RunSession(ctx, key, func(ctx context.Context) error {
-				holder := e.w.Holder(t, key)
-				var ok bool
-				require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
-				require.True(t, ok)
-				select {
-				case <-ctx.Done():
-				case <-time.After(30 * time.Second):
-					t.Error("fn's context was not canceled after its backend was terminated")
-					return errors.New("not canceled")
-				}
-				cause = context.Cause(ctx)
-				return ctx.Err()
-			}, interval, pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
-
-			require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
-			require.ErrorIs(t, err, pgadvisory.ErrLockLost)
-			require.ErrorIs(t, err, context.Canceled, "fn's own error is kept")
-			var pe *pgadvisory.Error
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "watch", pe.Op)
-			require.Equal(t, []int64{key}, pe.LockIDs)
-
-			kinds := make([]pgadvisory.EventKind, len(events))
-			for i, ev := range events {
-				kinds[i] = ev.Kind
-			}
-			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventAcquired, pgadvisory.EventError, pgadvisory.EventReleased}, kinds)
-			require.ErrorIs(t, events[2].Err, pgadvisory.ErrLockLost)
-
-			// The dead backend took the lock with it.
-			require.Eventually(t, func() bool { return len(e.w.Holds(t, key)) == 0 }, 30*time.Second, 20*time.Millisecond)
-			requireSessionFree(t, e, other, key)
-		})
-
-		t.Run("control: no loss, no cancelation", func(t *testing.T) {
-			key := testdb.Key(t)
-			require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
-				// Ten check intervals pass without the context being canceled.
-				select {
-				case <-ctx.Done():
-					t.Errorf("fn's context canceled although the lock is held: %v", context.Cause(ctx))
-				case <-time.After(500 * time.Millisecond):
-				}
-				e.w.Holder(t, key)
-				return nil
-			}, interval))
-			requireSessionFree(t, e, other, key)
-		})
-	})
-}
-
-func TestSessionParentContext(t *testing.T) {
-	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
-		t.Run("canceled while fn runs", func(t *testing.T) {
-			key := testdb.Key(t)
-			ctx, cancel := context.WithCancel(testdb.Context(t))
-			defer cancel()
-			var cause error
-			err := door.RunSession(ctx, key, func(fctx context.Context) error {
-				e.w.Holder(t, key)
-				cancel()
-				select {
-				case <-fctx.Done():
-				case <-time.After(30 * time.Second):
-					t.Error("fn's context was not canceled with its parent")
-				}
-				cause = context.Cause(fctx)
-				return fctx.Err()
-			}, pgadvisory.WithCheckInterval(50*time.Millisecond))
-			require.ErrorIs(t, cause, context.Canceled)
-			require.NotErrorIs(t, cause, pgadvisory.ErrLockLost)
-			require.ErrorIs(t, err, context.Canceled)
-			require.NotErrorIs(t, err, pgadvisory.ErrLockLost)
-			requireSessionFree(t, e, other, key)
-		})
-		t.Run("canceled, fn returns nil anyway", func(t *testing.T) {
-			key := testdb.Key(t)
-			ctx, cancel := context.WithCancel(testdb.Context(t))
-			defer cancel()
-			err := door.RunSession(ctx, key, func(context.Context) error {
-				cancel()
-				return nil
-			})
-			require.ErrorIs(t, err, context.Canceled)
-			requireSessionFree(t, e, other, key)
-		})
-		t.Run("canceled before the call", func(t *testing.T) {
-			key := testdb.Key(t)
-			ctx, cancel := context.WithCancel(testdb.Context(t))
-			cancel()
-			err := door.RunSession(ctx, key, notCalled(t))
-			require.ErrorIs(t, err, context.Canceled)
-			requireSessionFree(t, e, other, key)
-		})
-	})
+	require.Empty(t, e.w.Holds(t, key))
+	called := false
+	require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
+	require.True(t, called)
+	require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { return nil }))
+	require.Empty(t, e.w.Holds(t, key))
 }
