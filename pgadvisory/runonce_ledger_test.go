@@ -1,0 +1,127 @@
+package pgadvisory_test
+
+import (
+	"database/sql"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// The run-once ledger: a failed run leaves no row, a success makes later
+// calls for the window ErrAlreadyDone without calling fn, a row written by
+// other code counts too (before fn, or while fn runs: then fn's writes roll
+// back), and bad arguments are refused. The helpers are in
+// runonce_replicas_test.go.
+
+func TestRunOnceLedger(t *testing.T) {
+	admin := migrated.DB(t)
+	for _, door := range fencing.Doors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
+			tbl := newReportTable(t, admin)
+			var calls atomic.Int64
+			job := func(fail error) func(frontdoor.Tx) error {
+				return func(tx frontdoor.Tx) error {
+					calls.Add(1)
+					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ($1)`, door.Label()); err != nil {
+						return err
+					}
+					return fail
+				}
+			}
+
+			t.Run("failed_run_leaves_no_row", func(t *testing.T) {
+				key := testdb.Key(t)
+				calls.Store(0)
+				boom := errors.New("report failed")
+				err := door.RunOnce(ctx, key, "2026-12-02", job(boom))
+				require.ErrorIs(t, err, boom)
+				require.Empty(t, runOnceRows(t, admin, key))
+				require.Equal(t, int64(0), countRows(t, admin, `SELECT count(*) FROM `+tbl))
+
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Len(t, runOnceRows(t, admin, key), 1)
+				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Equal(t, int64(2), calls.Load(), "the third call did not run fn")
+
+				// A different window runs again.
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-03", job(nil)))
+				require.Equal(t, int64(3), calls.Load())
+				ledger := runOnceRows(t, admin, key)
+				require.Len(t, ledger, 2)
+				require.Equal(t, []string{"2026-12-02", "2026-12-03"}, []string{ledger[0].window, ledger[1].window})
+				_, err = admin.Exec(`DELETE FROM ` + tbl)
+				require.NoError(t, err)
+			})
+
+			t.Run("row_inserted_by_hand", func(t *testing.T) {
+				key := testdb.Key(t)
+				calls.Store(0)
+				_, err := admin.Exec(`INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
+					VALUES ($1, '2026-12-02', 'by hand', now(), now())`, key)
+				require.NoError(t, err)
+				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
+				require.Zero(t, calls.Load(), "fn is not called")
+				// CONTROL: the ledger check is what stopped it.
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-01", job(nil)))
+				require.Equal(t, int64(1), calls.Load())
+				_, err = admin.Exec(`DELETE FROM ` + tbl)
+				require.NoError(t, err)
+			})
+
+			t.Run("row_inserted_during_fn", func(t *testing.T) {
+				// Code that bypasses the lock records a success while fn
+				// runs: the primary key turns our record into
+				// ErrAlreadyDone and fn's writes roll back.
+				key := testdb.Key(t)
+				err := door.RunOnce(ctx, key, "2026-12-02", func(tx frontdoor.Tx) error {
+					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ('doomed')`); err != nil {
+						return err
+					}
+					_, err := admin.ExecContext(ctx, `INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
+						VALUES ($1, '2026-12-02', 'bypass', now(), now())`, key)
+					return err
+				})
+				require.Equal(t, pgadvisory.ErrAlreadyDone, err)
+				require.Equal(t, int64(0), countRows(t, admin, `SELECT count(*) FROM `+tbl+` WHERE replica = 'doomed'`))
+				ledger := runOnceRows(t, admin, key)
+				require.Len(t, ledger, 1)
+				require.Equal(t, "bypass", ledger[0].holder)
+			})
+
+			t.Run("invalid_arguments", func(t *testing.T) {
+				calls.Store(0)
+				err := door.RunOnce(ctx, testdb.Key(t), "", job(nil))
+				require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
+				require.Zero(t, calls.Load())
+			})
+		})
+	}
+
+	t.Run("nil_handles_and_lock_methods", func(t *testing.T) {
+		ctx := testdb.Context(t)
+		noop := func(*sql.Tx) error { return nil }
+		require.ErrorIs(t, pgadvisory.RunOnce(ctx, nil, 1, "w", noop), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunOncePgx(ctx, nil, 1, "w", func(pgx.Tx) error { return nil }), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunOnce(ctx, admin, 1, "w", nil), pgadvisory.ErrInvalidArgument)
+		require.ErrorIs(t, pgadvisory.RunOncePgx(ctx, testdb.Pool(t), 1, "w", nil), pgadvisory.ErrInvalidArgument)
+
+		// Lock.RunOnce and Lock.RunOncePgx share one ledger row per window.
+		l := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
+		pool := frontdoor.Open(t, frontdoor.Pgx, frontdoor.MaxConns(2)).Pool()
+		require.NoError(t, l.RunOnce(ctx, admin, "2026-12-02", noop, pgadvisory.WithHolder("lock-method")))
+		require.Equal(t, pgadvisory.ErrAlreadyDone, l.RunOncePgx(ctx, pool, "2026-12-02", func(pgx.Tx) error { return nil }))
+		ledger := runOnceRows(t, admin, l.ID)
+		require.Len(t, ledger, 1)
+		require.Equal(t, "lock-method", ledger[0].holder)
+	})
+}
