@@ -1,0 +1,136 @@
+package migrations_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/keyspace"
+)
+
+// Tables fenced by a parameterized lock (fence_check_param): each
+// parameter value is its own lock with its own token, derived from the row's
+// columns in their canonical text exactly as keyspace.ParamID does, and
+// TRUNCATE is refused (LF003). The helpers are in fence_trigger_test.go.
+
+func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
+	db := migrated.DB(t)
+	table := invoiceTable(t, db, testdb.Schema(t), "strict")
+	// Tenants unique to this run, as lock keys must be.
+	ten1, ten2 := testdb.Key(t), testdb.Key(t)
+	lock1 := keyspace.ParamID("billing.invoice", keyspace.Int64Param(ten1))
+	lock2 := keyspace.ParamID("billing.invoice", keyspace.Int64Param(ten2))
+	var sqlID int64
+	require.NoError(t, db.QueryRow(`SELECT pgadvisory.lock_id('billing.invoice', $1::bigint::text)`, ten1).Scan(&sqlID))
+	require.Equal(t, lock1, sqlID)
+
+	a1, b1 := fencing.NextToken(t, db), fencing.NextToken(t, db)
+	require.True(t, fencing.Publish(t, db, lock1, a1))
+	require.True(t, fencing.Publish(t, db, lock2, b1))
+	ins := func(id int, tenant int64) string {
+		return fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (%d, %d, 1)`, table, id, tenant)
+	}
+	require.NoError(t, fencing.Write(db, a1, ins(1, ten1), ins(2, ten1)))
+	require.NoError(t, fencing.Write(db, b1, ins(3, ten2)))
+	// Each token writes only its own tenant's rows.
+	e := sqlstate.Require(t, fencing.Write(db, a1, ins(4, ten2)), codeStale)
+	require.Contains(t, e.Message, fmt.Sprintf("billing.invoice(%d) = %d", ten2, lock2))
+	sqlstate.Require(t, fencing.Write(db, b1, `UPDATE `+table+` SET amount = 2 WHERE id = 1`), codeStale)
+
+	// A new holder of tenant 1 publishes: tenant 1's old token is stale,
+	// tenant 2's is not affected.
+	a2 := fencing.NextToken(t, db)
+	require.True(t, fencing.Publish(t, db, lock1, a2))
+	sqlstate.Require(t, fencing.Write(db, a1, `UPDATE `+table+` SET amount = 0 WHERE id = 1`), codeStale)
+	sqlstate.Require(t, fencing.Write(db, a1, `DELETE FROM `+table+` WHERE id = 2`), codeStale)
+	sqlstate.Require(t, fencing.Write(db, a1, ins(5, ten1)), codeStale)
+	require.NoError(t, fencing.Write(db, b1, `UPDATE `+table+` SET amount = 30 WHERE id = 3`, ins(6, ten2)))
+	require.NoError(t, fencing.Write(db, a2, `UPDATE `+table+` SET amount = 10 WHERE id = 1`, `DELETE FROM `+table+` WHERE id = 2`))
+	require.Equal(t, []int64{a2, b1, b1}, queryInts(t, db, `SELECT fencing_token FROM `+table+` ORDER BY id`))
+
+	// Moving a row to another tenant needs the token of both locks.
+	e = sqlstate.Require(t, fencing.Write(db, a2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
+	require.Contains(t, e.Message, fmt.Sprintf("= %d", lock2))
+	// Tenant 2's new holder (a token newer than the row's) passes the row
+	// and its own lock, but not tenant 1's, which the row leaves.
+	b2 := fencing.NextToken(t, db)
+	require.True(t, fencing.Publish(t, db, lock2, b2))
+	e = sqlstate.Require(t, fencing.Write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
+	require.Contains(t, e.Message, fmt.Sprintf("billing.invoice(%d) = %d (current token %d)", ten1, lock1, a2))
+	// Control: staying within tenant 2 passes with the same token.
+	require.NoError(t, fencing.Write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 3`, table, ten2)))
+
+	// Missing token, and TRUNCATE.
+	sqlstate.Require(t, fencing.Write(db, 0, ins(7, ten1)), codeMissing)
+	e = sqlstate.Require(t, fencing.Write(db, a2, `TRUNCATE `+table), codeTruncate)
+	require.Contains(t, e.Message, "DELETE rows instead")
+	sqlstate.Require(t, fencing.Write(db, 0, `TRUNCATE `+table), codeTruncate)
+}
+
+func TestFenceParameterizedPermissiveTruncate(t *testing.T) {
+	db := migrated.DB(t)
+	table := invoiceTable(t, db, testdb.Schema(t), "permissive")
+	require.NoError(t, fencing.Write(db, 0, `INSERT INTO `+table+` (id, tenant_id, amount) VALUES (1, 1, 1)`))
+	sqlstate.Require(t, fencing.Write(db, 1, `TRUNCATE `+table), codeTruncate)
+	require.NoError(t, fencing.Write(db, 0, `TRUNCATE `+table))
+}
+
+// TestFenceParameterCanonicalText: the trigger derives the same lock ID as
+// Go's keyspace.ParamID from int64, uuid, bool and string columns, whatever
+// spelling the values were written in.
+func TestFenceParameterCanonicalText(t *testing.T) {
+	db := migrated.DB(t)
+	schema := testdb.Schema(t)
+	table := schema + ".export"
+	_, err := db.Exec(`CREATE TABLE ` + table + ` (n bigint, u uuid, b boolean, s text, i integer, v varchar(20), fencing_token bigint);
+		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + table + `
+			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param('exports.archive', 'strict', 'n', 'u', 'b', 's', 'i', 'v')`)
+	require.NoError(t, err)
+
+	n := testdb.Key(t) * -1
+	u := [16]byte{0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11}
+	s := `it's "quoted" \ ünïcode 😀`
+	lock := keyspace.ParamID("exports.archive", keyspace.Int64Param(n), keyspace.UUIDParam(u),
+		keyspace.BoolParam(false), keyspace.StringParam(s), keyspace.Int64Param(-7), keyspace.StringParam("x y"))
+	tok := fencing.NextToken(t, db)
+	require.True(t, fencing.Publish(t, db, lock, tok))
+
+	insert := func(tok int64, b string) error {
+		ctx := context.Background()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.Exec(`INSERT INTO `+table+` VALUES ($1, '{A0EEBC999C0B4EF8BB6D6BB9BD380A11}', $2::boolean, $3, -7, 'x y', $4)`, n, b, s, tok); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	require.NoError(t, insert(tok, "off"))
+	require.NoError(t, insert(tok, "FALSE"))
+	// Control: another parameter value is another lock, never published.
+	sqlstate.Require(t, insert(tok, "true"), codeStale)
+}
+
+// invoiceTable creates schema.invoice fenced by the parameterized lock
+// billing.invoice(tenant_id int64).
+func invoiceTable(t *testing.T, db *sql.DB, schema, policy string) string {
+	t.Helper()
+	table := schema + ".invoice"
+	args := "'billing.invoice', '" + policy + "', 'tenant_id'"
+	_, err := db.Exec(`CREATE TABLE ` + table + ` (id int PRIMARY KEY, tenant_id bigint NOT NULL, amount int NOT NULL, fencing_token bigint);
+		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + table + `
+			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param(` + args + `);
+		CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + table + `
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`)
+	require.NoError(t, err)
+	return table
+}
