@@ -3,14 +3,11 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"log"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
@@ -266,35 +263,4 @@ func TestMigrateRefusesTransactionPooler(t *testing.T) {
 	var table bool
 	require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, pgadvisory.MigrationTable).Scan(&table))
 	require.False(t, table, "not even the version table may be created")
-}
-
-// ExampleMigrate applies lockgen's migrations at start-up; every replica may
-// call it at once.
-func ExampleMigrate() {
-	ctx := context.Background()
-	db := exampleDB() // sql.Open("pgx", url) on the URL in LOCKGEN_DATABASE_URL
-	defer db.Close()
-	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		log.Fatal(err)
-	}
-	var id int64
-	if err := db.QueryRowContext(ctx, `SELECT pgadvisory.lock_id('billing.invoice', $1)`, keyspace.Int64Param(42)).Scan(&id); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(id == keyspace.ParamID("billing.invoice", keyspace.Int64Param(42)))
-	// Output: true
-}
-
-// ExampleMigrate_pgx: pgx users wrap their pool in a *sql.DB for Migrate.
-func ExampleMigrate_pgx() {
-	ctx := context.Background()
-	pool := examplePool() // pgxpool.New(ctx, url)
-	defer pool.Close()
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("migrated")
-	// Output: migrated
 }
