@@ -12,8 +12,6 @@ import (
 	"github.com/lockgen/lockgen/migrations"
 )
 
-var fileName = regexp.MustCompile(`^(\d{5})_[a-z0-9_]+\.sql$`)
-
 // TestFilesAreGooseMigrations checks what goose relies on without a
 // database: zero-padded, gap-free versions from 1, one Up and one Down
 // section in that order, and balanced StatementBegin/End. The files are
@@ -39,3 +37,5 @@ func TestFilesAreGooseMigrations(t *testing.T) {
 		require.Equal(t, begins, strings.Count(text, "-- +goose StatementEnd"), e.Name())
 	}
 }
+
+var fileName = regexp.MustCompile(`^(\d{5})_[a-z0-9_]+\.sql$`)

@@ -14,21 +14,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// registryObjects reports which of 00003's objects exist.
-func registryObjects(t *testing.T, db *sql.DB) map[string]bool {
-	t.Helper()
-	out := map[string]bool{}
-	for _, name := range []string{"pgadvisory.registry", "pgadvisory.registry_declaration", "pgadvisory.status", "pgadvisory.fence"} {
-		var ok bool
-		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
-		out[name] = ok
-	}
-	var fn bool
-	require.NoError(t, db.QueryRow(`SELECT to_regprocedure('pgadvisory.register_instance(text,text[])') IS NOT NULL`).Scan(&fn))
-	out["pgadvisory.register_instance"] = fn
-	return out
-}
-
 // TestRegistryUpDownUp: 00003 goes down alone, leaving 00002's objects, and
 // comes back up with the migration lock registered again.
 func TestRegistryUpDownUp(t *testing.T) {
@@ -125,4 +110,19 @@ func TestStatusViewIsPerDatabase(t *testing.T) {
 	_, err = dbConn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
 	require.NoError(t, err)
 	require.Equal(t, 1, count())
+}
+
+// registryObjects reports which of 00003's objects exist.
+func registryObjects(t *testing.T, db *sql.DB) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, name := range []string{"pgadvisory.registry", "pgadvisory.registry_declaration", "pgadvisory.status", "pgadvisory.fence"} {
+		var ok bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
+		out[name] = ok
+	}
+	var fn bool
+	require.NoError(t, db.QueryRow(`SELECT to_regprocedure('pgadvisory.register_instance(text,text[])') IS NOT NULL`).Scan(&fn))
+	out["pgadvisory.register_instance"] = fn
+	return out
 }

@@ -26,51 +26,6 @@ import (
 // stay checked out or locked. failurePoolSize is in
 // failures_connection_test.go.
 
-// statementCounter is a pgx tracer that counts the statements and batches a
-// pool sends.
-type statementCounter struct{ n atomic.Int64 }
-
-func (tr *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	tr.n.Add(1)
-	return ctx
-}
-
-func (tr *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (tr *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	tr.n.Add(1)
-	return ctx
-}
-
-func (tr *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-func (tr *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// manualDeadline is a context whose deadline passes when the test calls
-// expire: a real timer could fire before fn even started on a slow machine.
-type manualDeadline struct {
-	context.Context // parent, for values
-	done            chan struct{}
-	once            sync.Once
-}
-
-func newManualDeadline(parent context.Context) *manualDeadline {
-	return &manualDeadline{Context: parent, done: make(chan struct{})}
-}
-
-func (c *manualDeadline) Done() <-chan struct{} { return c.done }
-
-func (c *manualDeadline) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
-func (c *manualDeadline) expire() { c.once.Do(func() { close(c.done) }) }
-
 // TestCancelBeforeCall: a context already canceled: fn is not called, the
 // error wraps context.Canceled and not a single statement is sent.
 func TestCancelBeforeCall(t *testing.T) {
@@ -235,15 +190,6 @@ func TestCancelFnReturnsNilAfterCancel(t *testing.T) {
 	})
 }
 
-// cancelOnServer makes pgx send a cancel request when a context ends and
-// wait for the server's answer, instead of closing the connection and
-// cancelling in the background (pgx's default).
-func cancelOnServer(c *pgx.ConnConfig) {
-	c.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 30 * time.Second}
-	}
-}
-
 // TestCancelServerSide: with pgx's CancelRequestContextWatcherHandler, a
 // caller whose context ends while the server works for it (waiting for the
 // lock, or running a statement in fn) leaves nothing behind on the server
@@ -310,4 +256,58 @@ func TestCancelServerSide(t *testing.T) {
 			w.RequireUsable(t, door, key, "next-call")
 		})
 	})
+}
+
+// statementCounter is a pgx tracer that counts the statements and batches a
+// pool sends.
+type statementCounter struct{ n atomic.Int64 }
+
+func (tr *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	tr.n.Add(1)
+	return ctx
+}
+
+func (tr *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (tr *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	tr.n.Add(1)
+	return ctx
+}
+
+func (tr *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (tr *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// manualDeadline is a context whose deadline passes when the test calls
+// expire: a real timer could fire before fn even started on a slow machine.
+type manualDeadline struct {
+	context.Context // parent, for values
+	done            chan struct{}
+	once            sync.Once
+}
+
+func newManualDeadline(parent context.Context) *manualDeadline {
+	return &manualDeadline{Context: parent, done: make(chan struct{})}
+}
+
+func (c *manualDeadline) Done() <-chan struct{} { return c.done }
+
+func (c *manualDeadline) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+func (c *manualDeadline) expire() { c.once.Do(func() { close(c.done) }) }
+
+// cancelOnServer makes pgx send a cancel request when a context ends and
+// wait for the server's answer, instead of closing the connection and
+// cancelling in the background (pgx's default).
+func cancelOnServer(c *pgx.ConnConfig) {
+	c.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 30 * time.Second}
+	}
 }

@@ -19,32 +19,6 @@ import (
 // SetFencingToken for writes on other connections, Lock.With. The shared
 // example helpers are in example_test.go.
 
-// exampleSchemaName names a private schema for one run of an example.
-func exampleSchemaName(name string) string {
-	return fmt.Sprintf("example_%s_%d", name, rand.Uint32())
-}
-
-// exampleFencedTable creates the table invoices (id, total) in a private
-// schema, fenced by lockID as in ExampleRunFenced, and returns its qualified
-// name and a func that drops the schema.
-func exampleFencedTable(ctx context.Context, db *sql.DB, name string, lockID int64) (string, func()) {
-	schema := exampleSchemaName(name)
-	_, err := db.ExecContext(ctx, fmt.Sprintf(`
-		CREATE SCHEMA %[1]s;
-		CREATE TABLE %[1]s.invoices (id int PRIMARY KEY, total int NOT NULL);
-		ALTER TABLE %[1]s.invoices ADD COLUMN fencing_token bigint;
-		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON %[1]s.invoices
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%[2]d', 'strict')`, schema, lockID))
-	if err != nil {
-		log.Fatal(err)
-	}
-	return schema + ".invoices", func() {
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			log.Fatal(err)
-		}
-	}
-}
-
 func ExampleWithFencing() {
 	ctx := context.Background()
 	db := exampleDB()
@@ -107,26 +81,6 @@ func ExampleFencingToken() {
 	// Output:
 	// fenced call: true true
 	// call without WithFencing: false
-}
-
-// exampleStore is an external store (an object store, another database, an
-// HTTP service) that applies Kleppmann's rule: it keeps the highest token
-// seen and rejects requests with a lower one, comparing and storing
-// atomically.
-type exampleStore struct {
-	mu      sync.Mutex
-	highest int64
-	body    string
-}
-
-func (s *exampleStore) Put(token int64, body string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if token < s.highest {
-		return fmt.Errorf("store: token %d is older than %d", token, s.highest)
-	}
-	s.highest, s.body = token, body
-	return nil
 }
 
 func ExampleFencingTokenPgx() {
@@ -345,4 +299,50 @@ func ExampleLock_With() {
 	// Output:
 	// fenced: true
 	// err: <nil>
+}
+
+// exampleSchemaName names a private schema for one run of an example.
+func exampleSchemaName(name string) string {
+	return fmt.Sprintf("example_%s_%d", name, rand.Uint32())
+}
+
+// exampleFencedTable creates the table invoices (id, total) in a private
+// schema, fenced by lockID as in ExampleRunFenced, and returns its qualified
+// name and a func that drops the schema.
+func exampleFencedTable(ctx context.Context, db *sql.DB, name string, lockID int64) (string, func()) {
+	schema := exampleSchemaName(name)
+	_, err := db.ExecContext(ctx, fmt.Sprintf(`
+		CREATE SCHEMA %[1]s;
+		CREATE TABLE %[1]s.invoices (id int PRIMARY KEY, total int NOT NULL);
+		ALTER TABLE %[1]s.invoices ADD COLUMN fencing_token bigint;
+		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON %[1]s.invoices
+			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%[2]d', 'strict')`, schema, lockID))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return schema + ".invoices", func() {
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// exampleStore is an external store (an object store, another database, an
+// HTTP service) that applies Kleppmann's rule: it keeps the highest token
+// seen and rejects requests with a lower one, comparing and storing
+// atomically.
+type exampleStore struct {
+	mu      sync.Mutex
+	highest int64
+	body    string
+}
+
+func (s *exampleStore) Put(token int64, body string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if token < s.highest {
+		return fmt.Errorf("store: token %d is older than %d", token, s.highest)
+	}
+	s.highest, s.body = token, body
+	return nil
 }

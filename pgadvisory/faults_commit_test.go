@@ -40,6 +40,92 @@ import (
 //
 // failurePoolSize is in failures_connection_test.go.
 
+// TestFaultKillDuringCommitBeforeRecord: the backend is killed while COMMIT
+// runs a deferred trigger, before the commit record is written. The server
+// aborts the transaction and ends the session (FATAL 57P01). The library
+// does not guess from the server's reason which side of the commit record
+// the session ended on: a session lost during COMMIT is ErrCommitUnknown.
+// Nothing is committed, the lock is free and the pool goes on working.
+func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
+	setup := func(t *testing.T) *witness.Witness {
+		w := witness.New(t)
+		fn := pgx.Identifier{testdb.Schema(t), "sleep_in_commit"}.Sanitize()
+		// A deferred constraint trigger runs at COMMIT, before the commit
+		// record. Only rows labelled in-commit* sleep, so the usability check
+		// commits at once.
+		_, err := w.DB.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_sleep(` + sleepInCommitSeconds + `); RETURN NULL; END $$`)
+		require.NoError(t, err)
+		_, err = w.DB.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + w.Table + `
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.label LIKE 'in-commit%')
+			EXECUTE FUNCTION ` + fn + `()`)
+		require.NoError(t, err)
+		return w
+	}
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := setup(t)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-commit", "PgSleep")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
+		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+		require.False(t, w.Committed(t, "in-commit"), "killed before the commit record: rolled back")
+		require.True(t, w.LockFree(t, key))
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
+	})
+	t.Run("control-design-source", func(t *testing.T) {
+		ctx := testdb.Context(t)
+		w := setup(t)
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, designSourceRunner(t, nil), key, "in-commit", "PgSleep")
+		requireDesignSourceBareError(t, err)
+		// Here "error, so not committed" happens to be right; the same bare
+		// error comes back after the commit record (AfterRecord's control).
+		require.False(t, w.Committed(t, "in-commit"))
+		require.True(t, w.LockFree(t, key))
+	})
+}
+
+// TestFaultKillDuringCommitAfterRecord: the backend is killed while COMMIT
+// waits for a synchronous standby, after the commit record. The server
+// finishes the local commit and closes the connection without an answer
+// (only a WARNING that the transaction "has already committed locally").
+// The call reports ErrCommitUnknown, and the row is indeed committed: the
+// library claims neither outcome. The lock is free and the pool goes on
+// working.
+func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
+	c := syncRepCluster(t)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := witnessOnCluster(t, c)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(onSyncRepCluster(t, c)))
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-syncrep", "SyncRep")
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
+		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
+			"killed after the commit record: committed locally")
+		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+		frontdoor.RequireIdle(t, door)
+		requireUsableLocalCommit(t, w, door, key, "next-call")
+	})
+	t.Run("control-design-source", func(t *testing.T) {
+		ctx := testdb.Context(t)
+		w := witnessOnCluster(t, c)
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, designSourceRunner(t, onSyncRepCluster(t, c)), key, "in-syncrep", "SyncRep")
+		requireDesignSourceBareError(t, err)
+		// The trap: a bare error from COMMIT, yet the row is committed. A
+		// caller that treats the error as "nothing happened" and redoes the
+		// work does it twice.
+		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
+			"the design source failed, yet its work committed")
+		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
+	})
+}
+
 // sleepInCommitSeconds bounds how long the deferred trigger sleeps inside COMMIT.
 // The test kills the backend as soon as it is seen sleeping, so this is not
 // a timing assumption: it only has to outlast a slow observer.
@@ -141,54 +227,6 @@ func requireDesignSourceBareError(t *testing.T, err error) {
 	t.Logf("design source's error: %v", err)
 }
 
-// TestFaultKillDuringCommitBeforeRecord: the backend is killed while COMMIT
-// runs a deferred trigger, before the commit record is written. The server
-// aborts the transaction and ends the session (FATAL 57P01). The library
-// does not guess from the server's reason which side of the commit record
-// the session ended on: a session lost during COMMIT is ErrCommitUnknown.
-// Nothing is committed, the lock is free and the pool goes on working.
-func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
-	setup := func(t *testing.T) *witness.Witness {
-		w := witness.New(t)
-		fn := pgx.Identifier{testdb.Schema(t), "sleep_in_commit"}.Sanitize()
-		// A deferred constraint trigger runs at COMMIT, before the commit
-		// record. Only rows labelled in-commit* sleep, so the usability check
-		// commits at once.
-		_, err := w.DB.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN PERFORM pg_sleep(` + sleepInCommitSeconds + `); RETURN NULL; END $$`)
-		require.NoError(t, err)
-		_, err = w.DB.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + w.Table + `
-			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.label LIKE 'in-commit%')
-			EXECUTE FUNCTION ` + fn + `()`)
-		require.NoError(t, err)
-		return w
-	}
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		w := setup(t)
-		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
-		key := testdb.Key(t)
-		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-commit", "PgSleep")
-		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
-		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
-		require.False(t, w.Committed(t, "in-commit"), "killed before the commit record: rolled back")
-		require.True(t, w.LockFree(t, key))
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
-	})
-	t.Run("control-design-source", func(t *testing.T) {
-		ctx := testdb.Context(t)
-		w := setup(t)
-		key := testdb.Key(t)
-		err := killDuringCommit(t, ctx, w, designSourceRunner(t, nil), key, "in-commit", "PgSleep")
-		requireDesignSourceBareError(t, err)
-		// Here "error, so not committed" happens to be right; the same bare
-		// error comes back after the commit record (AfterRecord's control).
-		require.False(t, w.Committed(t, "in-commit"))
-		require.True(t, w.LockFree(t, key))
-	})
-}
-
 // syncRepCluster is a throwaway cluster whose synchronous standby never
 // connects: a session with synchronous_commit = on waits in SyncRep after
 // every COMMIT that wrote WAL, committed locally but never acknowledged. The
@@ -253,42 +291,4 @@ func requireUsableLocalCommit(t *testing.T, w *witness.Witness, door frontdoor.D
 		return w.Mark(ctx, tx, label)
 	}))
 	require.True(t, w.Committed(t, label), "control: a committed mark is seen")
-}
-
-// TestFaultKillDuringCommitAfterRecord: the backend is killed while COMMIT
-// waits for a synchronous standby, after the commit record. The server
-// finishes the local commit and closes the connection without an answer
-// (only a WARNING that the transaction "has already committed locally").
-// The call reports ErrCommitUnknown, and the row is indeed committed: the
-// library claims neither outcome. The lock is free and the pool goes on
-// working.
-func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
-	c := syncRepCluster(t)
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		w := witnessOnCluster(t, c)
-		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(onSyncRepCluster(t, c)))
-		key := testdb.Key(t)
-		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-syncrep", "SyncRep")
-		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
-		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
-		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
-			"killed after the commit record: committed locally")
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		frontdoor.RequireIdle(t, door)
-		requireUsableLocalCommit(t, w, door, key, "next-call")
-	})
-	t.Run("control-design-source", func(t *testing.T) {
-		ctx := testdb.Context(t)
-		w := witnessOnCluster(t, c)
-		key := testdb.Key(t)
-		err := killDuringCommit(t, ctx, w, designSourceRunner(t, onSyncRepCluster(t, c)), key, "in-syncrep", "SyncRep")
-		requireDesignSourceBareError(t, err)
-		// The trap: a bare error from COMMIT, yet the row is committed. A
-		// caller that treats the error as "nothing happened" and redoes the
-		// work does it twice.
-		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
-			"the design source failed, yet its work committed")
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-	})
 }

@@ -23,11 +23,6 @@ import (
 // SERIALIZABLE the snapshot is taken by the first statement, the one that
 // waits for the lock, so the holder can miss the previous holder's writes.
 
-const (
-	trapWorkers = 4
-	trapIters   = 5
-)
-
 // TestIsolationTrapControl proves the trap is real with hand-written lock
 // transactions: at REPEATABLE READ the ledger gets duplicates although every
 // transaction held the lock; at SERIALIZABLE the stale reads surface as
@@ -127,30 +122,6 @@ func TestIsolationLevelRefused(t *testing.T) {
 	})
 }
 
-func requireIsolationRefused(t *testing.T, err error, name string) {
-	t.Helper()
-	require.ErrorIs(t, err, pgadvisory.ErrIsolationLevel, name)
-	var pe *pgadvisory.Error
-	require.ErrorAs(t, err, &pe, name)
-	require.Empty(t, pe.SQLState, "%s: refused locally, not by the server", name)
-}
-
-// requireReadCommitted fails unless q's transaction runs at READ COMMITTED.
-func requireReadCommitted(ctx context.Context, tx frontdoor.Tx) error {
-	var level string
-	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil {
-		return err
-	}
-	if level != "read committed" {
-		return errors.New("lock transaction runs at " + level + ", want read committed")
-	}
-	return nil
-}
-
-// defaultIsolationParam is the connection parameter that makes every
-// transaction of a session REPEATABLE READ unless it says otherwise.
-const defaultIsolationParam = "default_transaction_isolation"
-
 // TestIsolationServerDefaultRepeatableRead: when the connections default to
 // REPEATABLE READ (a startup parameter, as a DBA might set per role),
 // the lock transaction still runs at READ COMMITTED and the ledger stays
@@ -202,3 +173,32 @@ func TestIsolationServerDefaultRepeatableRead(t *testing.T) {
 		})
 	}
 }
+
+const (
+	trapWorkers = 4
+	trapIters   = 5
+)
+
+func requireIsolationRefused(t *testing.T, err error, name string) {
+	t.Helper()
+	require.ErrorIs(t, err, pgadvisory.ErrIsolationLevel, name)
+	var pe *pgadvisory.Error
+	require.ErrorAs(t, err, &pe, name)
+	require.Empty(t, pe.SQLState, "%s: refused locally, not by the server", name)
+}
+
+// requireReadCommitted fails unless q's transaction runs at READ COMMITTED.
+func requireReadCommitted(ctx context.Context, tx frontdoor.Tx) error {
+	var level string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil {
+		return err
+	}
+	if level != "read committed" {
+		return errors.New("lock transaction runs at " + level + ", want read committed")
+	}
+	return nil
+}
+
+// defaultIsolationParam is the connection parameter that makes every
+// transaction of a session REPEATABLE READ unless it says otherwise.
+const defaultIsolationParam = "default_transaction_isolation"

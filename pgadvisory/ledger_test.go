@@ -22,6 +22,33 @@ import (
 // critical sections shows up as a duplicate seq. seq has no unique constraint
 // on purpose, so that duplicates are recorded rather than refused.
 
+// TestLedgerMutualExclusion runs the ledger through both front doors with
+// WithWait: every call succeeds and the sequence is unique and contiguous.
+func TestLedgerMutualExclusion(t *testing.T) {
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		check := testdb.DB(t)
+		table := newLedger(t, check)
+		res := runLedger(t, door.RunExclusive, testdb.Key(t), table, ledgerWorkers, ledgerIters, pgadvisory.WithWait(30*time.Second))
+		require.Empty(t, res.errs)
+		require.Equal(t, ledgerWorkers*ledgerIters, res.ok)
+		requireExclusive(t, readLedger(t, check, table), res.ok)
+	}, frontdoor.MaxConns(ledgerWorkers+2))
+}
+
+// TestLedgerControlWithoutLock is the checker's control: the same ledger in
+// plain transactions without the lock must produce duplicate seq values.
+func TestLedgerControlWithoutLock(t *testing.T) {
+	check := testdb.DB(t)
+	table := newLedger(t, check)
+	db := testdb.DB(t)
+	res := runLedger(t, plainTxRunner(db, sql.LevelDefault, false), testdb.Key(t), table, ledgerWorkers, ledgerIters)
+	require.Empty(t, res.errs)
+	s := readLedger(t, check, table)
+	require.EqualValues(t, res.ok, s.rows)
+	require.Positive(t, s.duplicates(), "without the lock the checker must see duplicates (%v)", s)
+	t.Logf("control without lock: %v, %d duplicates", s, s.duplicates())
+}
+
 const (
 	ledgerWorkers = 16
 	ledgerIters   = 6
@@ -145,31 +172,4 @@ func plainTxRunner(db *sql.DB, iso sql.IsolationLevel, lock bool) exclusiveRunne
 		}
 		return tx.Commit()
 	}
-}
-
-// TestLedgerMutualExclusion runs the ledger through both front doors with
-// WithWait: every call succeeds and the sequence is unique and contiguous.
-func TestLedgerMutualExclusion(t *testing.T) {
-	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
-		check := testdb.DB(t)
-		table := newLedger(t, check)
-		res := runLedger(t, door.RunExclusive, testdb.Key(t), table, ledgerWorkers, ledgerIters, pgadvisory.WithWait(30*time.Second))
-		require.Empty(t, res.errs)
-		require.Equal(t, ledgerWorkers*ledgerIters, res.ok)
-		requireExclusive(t, readLedger(t, check, table), res.ok)
-	}, frontdoor.MaxConns(ledgerWorkers+2))
-}
-
-// TestLedgerControlWithoutLock is the checker's control: the same ledger in
-// plain transactions without the lock must produce duplicate seq values.
-func TestLedgerControlWithoutLock(t *testing.T) {
-	check := testdb.DB(t)
-	table := newLedger(t, check)
-	db := testdb.DB(t)
-	res := runLedger(t, plainTxRunner(db, sql.LevelDefault, false), testdb.Key(t), table, ledgerWorkers, ledgerIters)
-	require.Empty(t, res.errs)
-	s := readLedger(t, check, table)
-	require.EqualValues(t, res.ok, s.rows)
-	require.Positive(t, s.duplicates(), "without the lock the checker must see duplicates (%v)", s)
-	t.Logf("control without lock: %v, %d duplicates", s, s.duplicates())
 }

@@ -18,42 +18,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// throwawayCluster is this package's one throwaway cluster (started on first
-// use, stopped when the test binary exits), used by the lock-table and
-// hot-standby tests. Its lock table is tiny, so filling it takes a few
-// hundred locks: max_locks_per_transaction × (max_connections + background
-// processes) slots, plus whatever spare shared memory the lock hash
-// borrows. A standby inherits these settings, as it must.
-func throwawayCluster(t *testing.T) *pgcluster.Cluster {
-	t.Helper()
-	return pgcluster.Shared(t, "pgadvisory",
-		pgcluster.WithSetting("max_locks_per_transaction", "10"),
-		pgcluster.WithSetting("max_connections", "20"))
-}
-
-// lockTableBatch is how many session locks fillLockTable asks for per statement.
-const lockTableBatch = 500
-
-// fillLockTable fills the server's shared lock table from conn with session-level
-// advisory locks (which, unlike transaction locks, stay held when their
-// statement fails) until the server answers 53200. The locks stay held until
-// conn releases them or closes.
-func fillLockTable(t *testing.T, conn *pgx.Conn) {
-	t.Helper()
-	for range 200 {
-		keys := make([]int64, lockTableBatch)
-		for i := range keys {
-			keys[i] = testdb.Key(t)
-		}
-		_, err := conn.Exec(context.Background(), "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
-		if err != nil {
-			sqlstate.Require(t, err, "53200", "filling the lock table")
-			return
-		}
-	}
-	t.Fatalf("the lock table took %d locks without filling up", 200*lockTableBatch)
-}
-
 func TestLockTableFull(t *testing.T) {
 	c := throwawayCluster(t)
 	ctx := t.Context()
@@ -118,4 +82,40 @@ func TestLockTableFull(t *testing.T) {
 		require.NoError(t, run(d), d.Label())
 	}
 	require.Equal(t, len(doors), called)
+}
+
+// throwawayCluster is this package's one throwaway cluster (started on first
+// use, stopped when the test binary exits), used by the lock-table and
+// hot-standby tests. Its lock table is tiny, so filling it takes a few
+// hundred locks: max_locks_per_transaction × (max_connections + background
+// processes) slots, plus whatever spare shared memory the lock hash
+// borrows. A standby inherits these settings, as it must.
+func throwawayCluster(t *testing.T) *pgcluster.Cluster {
+	t.Helper()
+	return pgcluster.Shared(t, "pgadvisory",
+		pgcluster.WithSetting("max_locks_per_transaction", "10"),
+		pgcluster.WithSetting("max_connections", "20"))
+}
+
+// lockTableBatch is how many session locks fillLockTable asks for per statement.
+const lockTableBatch = 500
+
+// fillLockTable fills the server's shared lock table from conn with session-level
+// advisory locks (which, unlike transaction locks, stay held when their
+// statement fails) until the server answers 53200. The locks stay held until
+// conn releases them or closes.
+func fillLockTable(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for range 200 {
+		keys := make([]int64, lockTableBatch)
+		for i := range keys {
+			keys[i] = testdb.Key(t)
+		}
+		_, err := conn.Exec(context.Background(), "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
+		if err != nil {
+			sqlstate.Require(t, err, "53200", "filling the lock table")
+			return
+		}
+	}
+	t.Fatalf("the lock table took %d locks without filling up", 200*lockTableBatch)
 }

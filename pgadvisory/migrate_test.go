@@ -21,93 +21,6 @@ import (
 // The migration tests change the package database's pgadvisory schema, so
 // none of them runs in parallel; each starts from a database without it.
 
-// freshMigrationState removes everything the migrations and their version
-// table left in the package database.
-func freshMigrationState(t *testing.T, db *sql.DB) {
-	t.Helper()
-	_, err := db.Exec(`DROP SCHEMA IF EXISTS pgadvisory CASCADE; DROP TABLE IF EXISTS ` + pgadvisory.MigrationTable)
-	require.NoError(t, err)
-}
-
-// migrationRow is one row of the version table.
-type migrationRow struct {
-	ID      int64
-	Version int64
-	Applied bool
-	At      time.Time
-}
-
-// migrationState is what a no-op Migrate must leave unchanged: the version
-// table's rows and the identity (OID) of the functions.
-type migrationState struct {
-	Rows         []migrationRow
-	LockIDOID    uint32
-	ValidNameOID uint32
-}
-
-func readMigrationState(t *testing.T, db *sql.DB) migrationState {
-	t.Helper()
-	var s migrationState
-	rows, err := db.Query(`SELECT id, version_id, is_applied, tstamp FROM ` + pgadvisory.MigrationTable + ` ORDER BY id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var r migrationRow
-		require.NoError(t, rows.Scan(&r.ID, &r.Version, &r.Applied, &r.At))
-		s.Rows = append(s.Rows, r)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, db.QueryRow(`SELECT 'pgadvisory.lock_id(text,text[])'::regprocedure::oid,
-		'pgadvisory.valid_lock_name(text)'::regprocedure::oid`).Scan(&s.LockIDOID, &s.ValidNameOID))
-	return s
-}
-
-// appliedVersions counts version rows per version_id.
-func appliedVersions(t *testing.T, db *sql.DB) map[int64]int {
-	t.Helper()
-	rows, err := db.Query(`SELECT version_id, count(*) FROM ` + pgadvisory.MigrationTable + ` WHERE is_applied GROUP BY version_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	got := map[int64]int{}
-	for rows.Next() {
-		var v int64
-		var n int
-		require.NoError(t, rows.Scan(&v, &n))
-		got[v] = n
-	}
-	require.NoError(t, rows.Err())
-	return got
-}
-
-func schemaExists(t *testing.T, db *sql.DB) bool {
-	t.Helper()
-	var ok bool
-	require.NoError(t, db.QueryRow(`SELECT to_regnamespace('pgadvisory') IS NOT NULL`).Scan(&ok))
-	return ok
-}
-
-// requireMigrated checks that the schema is there, lock_id computes the
-// issue's example, and every migration is applied once.
-func requireMigrated(t *testing.T, db *sql.DB) {
-	t.Helper()
-	var id int64
-	require.NoError(t, db.QueryRow(`SELECT pgadvisory.lock_id('reports.daily_email')`).Scan(&id))
-	require.Equal(t, int64(-6078806957557529815), id)
-	require.Equal(t, map[int64]int{0: 1, 1: 1, 2: 1, 3: 1}, appliedVersions(t, db))
-}
-
-// gooseProvider drives the same migrations the way README shows.
-func gooseProvider(t *testing.T, db *sql.DB) *goose.Provider {
-	t.Helper()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
-		goose.WithTableName(pgadvisory.MigrationTable),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithLogger(goose.NopLogger()),
-	)
-	require.NoError(t, err)
-	return p
-}
-
 func TestMigrateIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.DB(t)
@@ -263,4 +176,91 @@ func TestMigrateRefusesTransactionPooler(t *testing.T) {
 	var table bool
 	require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, pgadvisory.MigrationTable).Scan(&table))
 	require.False(t, table, "not even the version table may be created")
+}
+
+// freshMigrationState removes everything the migrations and their version
+// table left in the package database.
+func freshMigrationState(t *testing.T, db *sql.DB) {
+	t.Helper()
+	_, err := db.Exec(`DROP SCHEMA IF EXISTS pgadvisory CASCADE; DROP TABLE IF EXISTS ` + pgadvisory.MigrationTable)
+	require.NoError(t, err)
+}
+
+// migrationRow is one row of the version table.
+type migrationRow struct {
+	ID      int64
+	Version int64
+	Applied bool
+	At      time.Time
+}
+
+// migrationState is what a no-op Migrate must leave unchanged: the version
+// table's rows and the identity (OID) of the functions.
+type migrationState struct {
+	Rows         []migrationRow
+	LockIDOID    uint32
+	ValidNameOID uint32
+}
+
+func readMigrationState(t *testing.T, db *sql.DB) migrationState {
+	t.Helper()
+	var s migrationState
+	rows, err := db.Query(`SELECT id, version_id, is_applied, tstamp FROM ` + pgadvisory.MigrationTable + ` ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var r migrationRow
+		require.NoError(t, rows.Scan(&r.ID, &r.Version, &r.Applied, &r.At))
+		s.Rows = append(s.Rows, r)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, db.QueryRow(`SELECT 'pgadvisory.lock_id(text,text[])'::regprocedure::oid,
+		'pgadvisory.valid_lock_name(text)'::regprocedure::oid`).Scan(&s.LockIDOID, &s.ValidNameOID))
+	return s
+}
+
+// appliedVersions counts version rows per version_id.
+func appliedVersions(t *testing.T, db *sql.DB) map[int64]int {
+	t.Helper()
+	rows, err := db.Query(`SELECT version_id, count(*) FROM ` + pgadvisory.MigrationTable + ` WHERE is_applied GROUP BY version_id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	got := map[int64]int{}
+	for rows.Next() {
+		var v int64
+		var n int
+		require.NoError(t, rows.Scan(&v, &n))
+		got[v] = n
+	}
+	require.NoError(t, rows.Err())
+	return got
+}
+
+func schemaExists(t *testing.T, db *sql.DB) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, db.QueryRow(`SELECT to_regnamespace('pgadvisory') IS NOT NULL`).Scan(&ok))
+	return ok
+}
+
+// requireMigrated checks that the schema is there, lock_id computes the
+// issue's example, and every migration is applied once.
+func requireMigrated(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var id int64
+	require.NoError(t, db.QueryRow(`SELECT pgadvisory.lock_id('reports.daily_email')`).Scan(&id))
+	require.Equal(t, int64(-6078806957557529815), id)
+	require.Equal(t, map[int64]int{0: 1, 1: 1, 2: 1, 3: 1}, appliedVersions(t, db))
+}
+
+// gooseProvider drives the same migrations the way README shows.
+func gooseProvider(t *testing.T, db *sql.DB) *goose.Provider {
+	t.Helper()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(pgadvisory.MigrationTable),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithLogger(goose.NopLogger()),
+	)
+	require.NoError(t, err)
+	return p
 }

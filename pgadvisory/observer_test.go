@@ -20,44 +20,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// recorder collects observer events.
-type recorder struct {
-	mu     sync.Mutex
-	events []pgadvisory.Event
-}
-
-func (r *recorder) option() pgadvisory.Option {
-	return pgadvisory.WithObserver(func(e pgadvisory.Event) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.events = append(r.events, e)
-	})
-}
-
-// kinds returns the kinds of the events so far.
-func (r *recorder) kinds() []pgadvisory.EventKind {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return kinds(r.events)
-}
-
-// take returns the events so far and forgets them.
-func (r *recorder) take() []pgadvisory.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	evs := r.events
-	r.events = nil
-	return evs
-}
-
-func kinds(evs []pgadvisory.Event) []pgadvisory.EventKind {
-	ks := make([]pgadvisory.EventKind, len(evs))
-	for i, e := range evs {
-		ks[i] = e.Kind
-	}
-	return ks
-}
-
 // TestObserverEvents: a successful call reports Acquired (with its wait) then
 // Released (with the hold time, no error); contention reports Contended with
 // ErrLocked, a timed-out wait Contended with ErrLockTimeout; a failing fn
@@ -136,25 +98,6 @@ func TestObserverEvents(t *testing.T) {
 	})
 }
 
-// logRecord is one JSON line of slog's JSON handler.
-type logRecord map[string]any
-
-func parseLog(t *testing.T, buf *bytes.Buffer) []logRecord {
-	t.Helper()
-	var recs []logRecord
-	sc := bufio.NewScanner(buf)
-	for sc.Scan() {
-		var r logRecord
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		dec.UseNumber() // lock IDs do not fit a float64
-		require.NoError(t, dec.Decode(&r), "%s", sc.Text())
-		recs = append(recs, r)
-	}
-	require.NoError(t, sc.Err())
-	buf.Reset()
-	return recs
-}
-
 // TestSlogObserver: SlogObserver writes one record per event, naming the
 // lock and the event kind, at the documented level. The control logger at
 // Info drops the Debug records (acquired, released) but keeps contention.
@@ -219,4 +162,61 @@ func TestSlogObserver(t *testing.T) {
 		require.True(t, strings.HasSuffix(recs[0]["msg"].(string), "contended"))
 		require.NoError(t, release())
 	})
+}
+
+// recorder collects observer events.
+type recorder struct {
+	mu     sync.Mutex
+	events []pgadvisory.Event
+}
+
+func (r *recorder) option() pgadvisory.Option {
+	return pgadvisory.WithObserver(func(e pgadvisory.Event) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.events = append(r.events, e)
+	})
+}
+
+// kinds returns the kinds of the events so far.
+func (r *recorder) kinds() []pgadvisory.EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return kinds(r.events)
+}
+
+// take returns the events so far and forgets them.
+func (r *recorder) take() []pgadvisory.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	evs := r.events
+	r.events = nil
+	return evs
+}
+
+func kinds(evs []pgadvisory.Event) []pgadvisory.EventKind {
+	ks := make([]pgadvisory.EventKind, len(evs))
+	for i, e := range evs {
+		ks[i] = e.Kind
+	}
+	return ks
+}
+
+// logRecord is one JSON line of slog's JSON handler.
+type logRecord map[string]any
+
+func parseLog(t *testing.T, buf *bytes.Buffer) []logRecord {
+	t.Helper()
+	var recs []logRecord
+	sc := bufio.NewScanner(buf)
+	for sc.Scan() {
+		var r logRecord
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.UseNumber() // lock IDs do not fit a float64
+		require.NoError(t, dec.Decode(&r), "%s", sc.Text())
+		recs = append(recs, r)
+	}
+	require.NoError(t, sc.Err())
+	buf.Reset()
+	return recs
 }

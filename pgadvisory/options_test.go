@@ -21,9 +21,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// noop is an fn that does nothing.
-func noop(frontdoor.Tx) error { return nil }
-
 // TestOptionShared: shared holders coexist; an exclusive request is refused
 // while a shared lock is held, and a shared one while an exclusive is held.
 func TestOptionShared(t *testing.T) {
@@ -382,3 +379,6 @@ func TestOptionLocksDeadlockControl(t *testing.T) {
 	}
 	require.Equal(t, 1, deadlocks, "opposite lock orders must deadlock: %v", errors.Join(errs...))
 }
+
+// noop is an fn that does nothing.
+func noop(frontdoor.Tx) error { return nil }

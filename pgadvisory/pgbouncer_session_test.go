@@ -23,6 +23,82 @@ import (
 // later defences must hold. pidHidingConnector hides pgx from database/sql
 // code, so RunSession cannot read the announced pid.
 
+// TestPgBouncerSessionPidGuard: with server_round_robin, consecutive
+// statements of one client land on different server connections. RunSession
+// checks pg_backend_pid() and then sends the lock statement, which takes the
+// lock only on that same backend: it lands elsewhere, takes nothing, and the
+// call is refused as ErrTransactionPooler. Control: a hand-written session
+// lock through the same PgBouncer leaks its lock onto a server connection
+// after the client has gone.
+func TestPgBouncerSessionPidGuard(t *testing.T) {
+	direct := testdb.DB(t)
+	db := pidHidingDB(t, pgcluster.WithSetting("server_round_robin", "1"))
+	pids := serverPIDs(t, db, 2)
+	require.NotEqual(t, pids[0], pids[1], "precondition: round robin moves consecutive statements")
+
+	key := testdb.Key(t)
+	called := false
+	err := pgadvisory.RunSession(t.Context(), db, key, func(context.Context) error { called = true; return nil })
+	require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
+	var pe *pgadvisory.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "lock", pe.Op, "caught by the pid the lock statement returned: %v", err)
+	require.False(t, called)
+	require.Zero(t, len(witness.Of(direct).Holds(t, key)), "the guarded lock statement took nothing on the other backend")
+
+	// Control: the same lock taken by hand leaks.
+	conn, err := db.Conn(t.Context())
+	require.NoError(t, err)
+	var got bool
+	require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_try_advisory_lock($1)", key).Scan(&got))
+	require.True(t, got)
+	require.NoError(t, conn.Close())
+	require.NoError(t, db.Close())
+	require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "control: the hand-written session lock outlives its client on a server connection")
+	terminateHolders(t, direct, key)
+}
+
+// TestPgBouncerSessionWatcherNoticesMove: PgBouncer's default LIFO reuse
+// gives RunSession's pid check and lock statement the same server
+// connection, so both checks pass and the lock is taken there. While fn runs,
+// another client takes that server connection in a long transaction; the
+// watcher's next check lands on the other one, sees that its backend holds
+// none of the locks, and cancels fn's context with ErrLockLost.
+func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
+	direct := testdb.DB(t)
+	db := pidHidingDB(t)
+	key := testdb.Key(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var cause error
+	err := pgadvisory.RunSession(ctx, db, key, func(fctx context.Context) error {
+		require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "the lock is held on a server connection")
+		// Occupy the most recently used server connection (the lock's).
+		other, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer other.Close()
+		tx, err := other.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		_, err = tx.ExecContext(ctx, "SELECT 1")
+		require.NoError(t, err)
+		select {
+		case <-fctx.Done():
+			cause = context.Cause(fctx)
+		case <-time.After(30 * time.Second):
+			t.Error("fn's context was not canceled after the session moved to another backend")
+		}
+		return fctx.Err()
+	}, pgadvisory.WithCheckInterval(50*time.Millisecond))
+	require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
+	require.ErrorIs(t, err, pgadvisory.ErrLockLost)
+	var pe *pgadvisory.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "watch", pe.Op)
+	require.ErrorContains(t, err, "backend holds 0 of 1 locks")
+	terminateHolders(t, direct, key)
+}
+
 // pidHidingConnector wraps pgx's stdlib connector; its connections do not
 // expose *pgx.Conn.
 type pidHidingConnector struct{ inner driver.Connector }
@@ -105,80 +181,4 @@ func terminateHolders(t *testing.T, direct *sql.DB, key int64) {
 WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1`, key)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(witness.Of(direct).Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond)
-}
-
-// TestPgBouncerSessionPidGuard: with server_round_robin, consecutive
-// statements of one client land on different server connections. RunSession
-// checks pg_backend_pid() and then sends the lock statement, which takes the
-// lock only on that same backend: it lands elsewhere, takes nothing, and the
-// call is refused as ErrTransactionPooler. Control: a hand-written session
-// lock through the same PgBouncer leaks its lock onto a server connection
-// after the client has gone.
-func TestPgBouncerSessionPidGuard(t *testing.T) {
-	direct := testdb.DB(t)
-	db := pidHidingDB(t, pgcluster.WithSetting("server_round_robin", "1"))
-	pids := serverPIDs(t, db, 2)
-	require.NotEqual(t, pids[0], pids[1], "precondition: round robin moves consecutive statements")
-
-	key := testdb.Key(t)
-	called := false
-	err := pgadvisory.RunSession(t.Context(), db, key, func(context.Context) error { called = true; return nil })
-	require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
-	var pe *pgadvisory.Error
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "lock", pe.Op, "caught by the pid the lock statement returned: %v", err)
-	require.False(t, called)
-	require.Zero(t, len(witness.Of(direct).Holds(t, key)), "the guarded lock statement took nothing on the other backend")
-
-	// Control: the same lock taken by hand leaks.
-	conn, err := db.Conn(t.Context())
-	require.NoError(t, err)
-	var got bool
-	require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_try_advisory_lock($1)", key).Scan(&got))
-	require.True(t, got)
-	require.NoError(t, conn.Close())
-	require.NoError(t, db.Close())
-	require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "control: the hand-written session lock outlives its client on a server connection")
-	terminateHolders(t, direct, key)
-}
-
-// TestPgBouncerSessionWatcherNoticesMove: PgBouncer's default LIFO reuse
-// gives RunSession's pid check and lock statement the same server
-// connection, so both checks pass and the lock is taken there. While fn runs,
-// another client takes that server connection in a long transaction; the
-// watcher's next check lands on the other one, sees that its backend holds
-// none of the locks, and cancels fn's context with ErrLockLost.
-func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
-	direct := testdb.DB(t)
-	db := pidHidingDB(t)
-	key := testdb.Key(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	var cause error
-	err := pgadvisory.RunSession(ctx, db, key, func(fctx context.Context) error {
-		require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "the lock is held on a server connection")
-		// Occupy the most recently used server connection (the lock's).
-		other, err := db.Conn(ctx)
-		require.NoError(t, err)
-		defer other.Close()
-		tx, err := other.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback() }()
-		_, err = tx.ExecContext(ctx, "SELECT 1")
-		require.NoError(t, err)
-		select {
-		case <-fctx.Done():
-			cause = context.Cause(fctx)
-		case <-time.After(30 * time.Second):
-			t.Error("fn's context was not canceled after the session moved to another backend")
-		}
-		return fctx.Err()
-	}, pgadvisory.WithCheckInterval(50*time.Millisecond))
-	require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
-	require.ErrorIs(t, err, pgadvisory.ErrLockLost)
-	var pe *pgadvisory.Error
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "watch", pe.Op)
-	require.ErrorContains(t, err, "backend holds 0 of 1 locks")
-	terminateHolders(t, direct, key)
 }

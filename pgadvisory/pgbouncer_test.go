@@ -24,83 +24,6 @@ import (
 // pool_mode=transaction, in front of this package's test database. Lock
 // state is read from pg_locks on a direct connection to the real server.
 
-// pgbouncerExecModes are the pgx query modes that work through PgBouncer before
-// 1.21 in transaction mode. pgx's default (cache_statement) prepares named
-// statements at the protocol level; PgBouncer 1.18 does not track them, so a
-// statement prepared on one server connection is unknown on the next one the
-// client is given, or clashes with another client's of the same name
-// (observed here: "prepared statement stmtcache_… already exists", 42P05). "exec" sends each statement unnamed (Parse, Bind, Execute
-// in one round trip); "simple_protocol" interpolates parameters client-side.
-// The runtime must work with either, so both are tested.
-var pgbouncerExecModes = []string{"exec", "simple_protocol"}
-
-// pgbouncerPools is one test's connections: direct ones to the server, and
-// database/sql and pgx pools through PgBouncer.
-type pgbouncerPools struct {
-	direct *sql.DB
-	db     *sql.DB
-	pool   *pgxpool.Pool
-}
-
-// newPgBouncerPools starts a PgBouncer in transaction mode and opens pools through it
-// with the given pgx query mode.
-func newPgBouncerPools(t *testing.T, execMode string) *pgbouncerPools {
-	t.Helper()
-	e := &pgbouncerPools{direct: testdb.DB(t)}
-	url := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction") + "&default_query_exec_mode=" + execMode
-	var err error
-	e.db, err = sql.Open("pgx", url)
-	require.NoError(t, err)
-	e.db.SetMaxOpenConns(4)
-	t.Cleanup(func() { _ = e.db.Close() })
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.MaxConns = 4
-	e.pool, err = pgxpool.NewWithConfig(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(e.pool.Close)
-
-	// The pools really go through a pooler (the pid the server reports is
-	// not the one announced at connection start), and the check is able to
-	// tell: the direct connection's pids agree.
-	require.True(t, behindPooler(t, e.db), "database/sql through PgBouncer")
-	require.True(t, behindPoolerPgx(t, e.pool), "pgx through PgBouncer")
-	require.False(t, behindPooler(t, e.direct), "direct connection")
-	return e
-}
-
-// behindPooler reports whether a connection of db announced a backend pid other
-// than the server's pg_backend_pid().
-func behindPooler(t *testing.T, db *sql.DB) bool {
-	t.Helper()
-	conn, err := db.Conn(t.Context())
-	require.NoError(t, err)
-	defer conn.Close()
-	var announced uint32
-	require.NoError(t, conn.Raw(func(dc any) error {
-		announced = dc.(*stdlib.Conn).Conn().PgConn().PID()
-		return nil
-	}))
-	var pid uint32
-	require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_backend_pid()").Scan(&pid))
-	return pid != announced
-}
-
-func behindPoolerPgx(t *testing.T, pool *pgxpool.Pool) bool {
-	t.Helper()
-	conn, err := pool.Acquire(t.Context())
-	require.NoError(t, err)
-	defer conn.Release()
-	var pid uint32
-	require.NoError(t, conn.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid))
-	return pid != conn.Conn().PgConn().PID()
-}
-
-// doors are the transaction-lock front doors through PgBouncer.
-func (e *pgbouncerPools) doors() []frontdoor.Door {
-	return []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)}
-}
-
 func TestPgBouncerRunExclusive(t *testing.T) {
 	for _, mode := range pgbouncerExecModes {
 		t.Run(mode, func(t *testing.T) {
@@ -222,4 +145,81 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pgbouncerExecModes are the pgx query modes that work through PgBouncer before
+// 1.21 in transaction mode. pgx's default (cache_statement) prepares named
+// statements at the protocol level; PgBouncer 1.18 does not track them, so a
+// statement prepared on one server connection is unknown on the next one the
+// client is given, or clashes with another client's of the same name
+// (observed here: "prepared statement stmtcache_… already exists", 42P05). "exec" sends each statement unnamed (Parse, Bind, Execute
+// in one round trip); "simple_protocol" interpolates parameters client-side.
+// The runtime must work with either, so both are tested.
+var pgbouncerExecModes = []string{"exec", "simple_protocol"}
+
+// pgbouncerPools is one test's connections: direct ones to the server, and
+// database/sql and pgx pools through PgBouncer.
+type pgbouncerPools struct {
+	direct *sql.DB
+	db     *sql.DB
+	pool   *pgxpool.Pool
+}
+
+// newPgBouncerPools starts a PgBouncer in transaction mode and opens pools through it
+// with the given pgx query mode.
+func newPgBouncerPools(t *testing.T, execMode string) *pgbouncerPools {
+	t.Helper()
+	e := &pgbouncerPools{direct: testdb.DB(t)}
+	url := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction") + "&default_query_exec_mode=" + execMode
+	var err error
+	e.db, err = sql.Open("pgx", url)
+	require.NoError(t, err)
+	e.db.SetMaxOpenConns(4)
+	t.Cleanup(func() { _ = e.db.Close() })
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	e.pool, err = pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(e.pool.Close)
+
+	// The pools really go through a pooler (the pid the server reports is
+	// not the one announced at connection start), and the check is able to
+	// tell: the direct connection's pids agree.
+	require.True(t, behindPooler(t, e.db), "database/sql through PgBouncer")
+	require.True(t, behindPoolerPgx(t, e.pool), "pgx through PgBouncer")
+	require.False(t, behindPooler(t, e.direct), "direct connection")
+	return e
+}
+
+// behindPooler reports whether a connection of db announced a backend pid other
+// than the server's pg_backend_pid().
+func behindPooler(t *testing.T, db *sql.DB) bool {
+	t.Helper()
+	conn, err := db.Conn(t.Context())
+	require.NoError(t, err)
+	defer conn.Close()
+	var announced uint32
+	require.NoError(t, conn.Raw(func(dc any) error {
+		announced = dc.(*stdlib.Conn).Conn().PgConn().PID()
+		return nil
+	}))
+	var pid uint32
+	require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_backend_pid()").Scan(&pid))
+	return pid != announced
+}
+
+func behindPoolerPgx(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	conn, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	var pid uint32
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid))
+	return pid != conn.Conn().PgConn().PID()
+}
+
+// doors are the transaction-lock front doors through PgBouncer.
+func (e *pgbouncerPools) doors() []frontdoor.Door {
+	return []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)}
 }

@@ -19,64 +19,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// uniqueNamePrefix is a lock-name prefix unique to one test.
-func uniqueNamePrefix() string {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return "reg.t" + hex.EncodeToString(b) + "."
-}
-
-// registryRow is a row of pgadvisory.registry, with xmin to see rewrites.
-type registryRow struct {
-	ID             int64
-	Name           string
-	Params         string // jsonb as text; "" for NULL
-	DeclaredParams string
-	Doc            string
-	Xmin           string
-}
-
-func registryRows(t *testing.T, db *sql.DB, where string, args ...any) map[int64]registryRow {
-	t.Helper()
-	rows, err := db.Query(`SELECT lock_id, name, coalesce(params::text, ''), coalesce(declared_params::text, ''),
-		coalesce(doc, ''), xmin::text FROM pgadvisory.registry WHERE `+where, args...)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[int64]registryRow{}
-	for rows.Next() {
-		var r registryRow
-		require.NoError(t, rows.Scan(&r.ID, &r.Name, &r.Params, &r.DeclaredParams, &r.Doc, &r.Xmin))
-		out[r.ID] = r
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
-// declarationRow is a row of pgadvisory.registry_declaration.
-type declarationRow struct {
-	LockID         sql.NullInt64
-	DeclaredParams string
-	Doc            string
-	Xmin           string
-}
-
-func declarationRows(t *testing.T, db *sql.DB, where string, args ...any) map[string]declarationRow {
-	t.Helper()
-	rows, err := db.Query(`SELECT name, lock_id, coalesce(declared_params::text, ''), coalesce(doc, ''), xmin::text
-		FROM pgadvisory.registry_declaration WHERE `+where, args...)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]declarationRow{}
-	for rows.Next() {
-		var name string
-		var d declarationRow
-		require.NoError(t, rows.Scan(&name, &d.LockID, &d.DeclaredParams, &d.Doc, &d.Xmin))
-		out[name] = d
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
 func TestRegisterGeneratedDeclarations(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
@@ -311,4 +253,62 @@ func TestRegisterWithoutMigrations(t *testing.T) {
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
 	require.NoError(t, pgadvisory.Register(ctx, db, generatedlocks.Declared))
 	require.NoError(t, pgadvisory.RegisterInstance(ctx, db, generatedlocks.BillingInvoice(1), "1"))
+}
+
+// uniqueNamePrefix is a lock-name prefix unique to one test.
+func uniqueNamePrefix() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return "reg.t" + hex.EncodeToString(b) + "."
+}
+
+// registryRow is a row of pgadvisory.registry, with xmin to see rewrites.
+type registryRow struct {
+	ID             int64
+	Name           string
+	Params         string // jsonb as text; "" for NULL
+	DeclaredParams string
+	Doc            string
+	Xmin           string
+}
+
+func registryRows(t *testing.T, db *sql.DB, where string, args ...any) map[int64]registryRow {
+	t.Helper()
+	rows, err := db.Query(`SELECT lock_id, name, coalesce(params::text, ''), coalesce(declared_params::text, ''),
+		coalesce(doc, ''), xmin::text FROM pgadvisory.registry WHERE `+where, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[int64]registryRow{}
+	for rows.Next() {
+		var r registryRow
+		require.NoError(t, rows.Scan(&r.ID, &r.Name, &r.Params, &r.DeclaredParams, &r.Doc, &r.Xmin))
+		out[r.ID] = r
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// declarationRow is a row of pgadvisory.registry_declaration.
+type declarationRow struct {
+	LockID         sql.NullInt64
+	DeclaredParams string
+	Doc            string
+	Xmin           string
+}
+
+func declarationRows(t *testing.T, db *sql.DB, where string, args ...any) map[string]declarationRow {
+	t.Helper()
+	rows, err := db.Query(`SELECT name, lock_id, coalesce(declared_params::text, ''), coalesce(doc, ''), xmin::text
+		FROM pgadvisory.registry_declaration WHERE `+where, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]declarationRow{}
+	for rows.Next() {
+		var name string
+		var d declarationRow
+		require.NoError(t, rows.Scan(&name, &d.LockID, &d.DeclaredParams, &d.Doc, &d.Xmin))
+		out[name] = d
+	}
+	require.NoError(t, rows.Err())
+	return out
 }

@@ -24,93 +24,6 @@ import (
 // (*Queries).WithTx(tx). examples/repository does the same with real sqlc
 // output.
 
-// sqlDBTX is sqlc's database/sql executor interface.
-type sqlDBTX interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-	PrepareContext(context.Context, string) (*sql.Stmt, error)
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}
-
-// pgxDBTX is sqlc's pgx/v5 executor interface.
-type pgxDBTX interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-	QueryRow(context.Context, string, ...any) pgx.Row
-}
-
-// holdsLockQuery reports whether the executing backend holds advisory lock $1.
-const holdsLockQuery = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()
-  AND ((classid::bigint << 32) | objid::bigint) = $1)`
-
-// sqlQueries is a database/sql repository in sqlc's shape.
-type sqlQueries struct{ db sqlDBTX }
-
-func newSQLQueries(db sqlDBTX) *sqlQueries { return &sqlQueries{db: db} }
-
-func (q *sqlQueries) WithTx(tx *sql.Tx) *sqlQueries { return &sqlQueries{db: tx} }
-
-func (q *sqlQueries) lockHeld(ctx context.Context, key int64) (held bool, err error) {
-	err = q.db.QueryRowContext(ctx, holdsLockQuery, key).Scan(&held)
-	return held, err
-}
-
-func (q *sqlQueries) insert(ctx context.Context, table, v string) error {
-	_, err := q.db.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
-	return err
-}
-
-// pgxQueries is a pgx/v5 repository in sqlc's shape.
-type pgxQueries struct{ db pgxDBTX }
-
-func newPgxQueries(db pgxDBTX) *pgxQueries { return &pgxQueries{db: db} }
-
-func (q *pgxQueries) WithTx(tx pgx.Tx) *pgxQueries { return &pgxQueries{db: tx} }
-
-func (q *pgxQueries) lockHeld(ctx context.Context, key int64) (held bool, err error) {
-	err = q.db.QueryRow(ctx, holdsLockQuery, key).Scan(&held)
-	return held, err
-}
-
-func (q *pgxQueries) insert(ctx context.Context, table, v string) error {
-	_, err := q.db.Exec(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
-	return err
-}
-
-// repository is what the test bodies need from either sqlc-shaped repository.
-type repository interface {
-	lockHeld(ctx context.Context, key int64) (bool, error)
-	insert(ctx context.Context, table, v string) error
-}
-
-// repositoryCall runs fn under key through one front door and repository shape.
-type repositoryCall func(ctx context.Context, key int64, fn func(repository) error) error
-
-// repositoryShapes lists every (front door, constructor shape) combination.
-func repositoryShapes(db *sql.DB, pool *pgxpool.Pool) map[string]repositoryCall {
-	sqlFn := func(fn func(repository) error) func(*sqlQueries) error {
-		return func(q *sqlQueries) error { return fn(q) }
-	}
-	pgxFn := func(fn func(repository) error) func(*pgxQueries) error {
-		return func(q *pgxQueries) error { return fn(q) }
-	}
-	return map[string]repositoryCall{
-		"sql/New(DBTX)": func(ctx context.Context, key int64, fn func(repository) error) error {
-			return pgadvisory.RunExclusiveRepo(ctx, db, key, newSQLQueries, sqlFn(fn))
-		},
-		"sql/WithTx": func(ctx context.Context, key int64, fn func(repository) error) error {
-			return pgadvisory.RunExclusiveRepo(ctx, db, key, newSQLQueries(db).WithTx, sqlFn(fn))
-		},
-		"pgx/New(DBTX)": func(ctx context.Context, key int64, fn func(repository) error) error {
-			return pgadvisory.RunExclusiveRepoPgx(ctx, pool, key, newPgxQueries, pgxFn(fn))
-		},
-		"pgx/WithTx": func(ctx context.Context, key int64, fn func(repository) error) error {
-			return pgadvisory.RunExclusiveRepoPgx(ctx, pool, key, newPgxQueries(pool).WithTx, pgxFn(fn))
-		},
-	}
-}
-
 func TestRepoRunsInLockTransaction(t *testing.T) {
 	db := testdb.DB(t)
 	pool := testdb.Pool(t)
@@ -207,38 +120,6 @@ func TestRepoContention(t *testing.T) {
 	}
 }
 
-// countingConnector counts the connections database/sql opens.
-type countingConnector struct {
-	driver.Connector
-	n *atomic.Int64
-}
-
-func (c countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	c.n.Add(1)
-	return c.Connector.Connect(ctx)
-}
-
-// countingDB is a *sql.DB on the test database that has not connected
-// yet; the counter says how many connections it has opened since.
-func countingDB(t *testing.T) (*sql.DB, *atomic.Int64) {
-	cfg, err := pgx.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	n := new(atomic.Int64)
-	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), n: n})
-	t.Cleanup(func() { _ = db.Close() })
-	return db, n
-}
-
-// requireRefusedUpFront checks err is the up-front argument error.
-func requireRefusedUpFront(t *testing.T, err error, key int64) {
-	t.Helper()
-	require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
-	var pe *pgadvisory.Error
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "begin", pe.Op)
-	require.Equal(t, []int64{key}, pe.LockIDs)
-}
-
 func TestRepoExecutorMismatch(t *testing.T) {
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
@@ -295,4 +176,123 @@ func TestRepoExecutorMismatch(t *testing.T) {
 		require.Greater(t, pool.Stat().AcquireCount(), before)
 		require.NotZero(t, events)
 	})
+}
+
+// sqlDBTX is sqlc's database/sql executor interface.
+type sqlDBTX interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}
+
+// pgxDBTX is sqlc's pgx/v5 executor interface.
+type pgxDBTX interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// holdsLockQuery reports whether the executing backend holds advisory lock $1.
+const holdsLockQuery = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()
+  AND ((classid::bigint << 32) | objid::bigint) = $1)`
+
+// sqlQueries is a database/sql repository in sqlc's shape.
+type sqlQueries struct{ db sqlDBTX }
+
+func newSQLQueries(db sqlDBTX) *sqlQueries { return &sqlQueries{db: db} }
+
+func (q *sqlQueries) WithTx(tx *sql.Tx) *sqlQueries { return &sqlQueries{db: tx} }
+
+func (q *sqlQueries) lockHeld(ctx context.Context, key int64) (held bool, err error) {
+	err = q.db.QueryRowContext(ctx, holdsLockQuery, key).Scan(&held)
+	return held, err
+}
+
+func (q *sqlQueries) insert(ctx context.Context, table, v string) error {
+	_, err := q.db.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
+	return err
+}
+
+// pgxQueries is a pgx/v5 repository in sqlc's shape.
+type pgxQueries struct{ db pgxDBTX }
+
+func newPgxQueries(db pgxDBTX) *pgxQueries { return &pgxQueries{db: db} }
+
+func (q *pgxQueries) WithTx(tx pgx.Tx) *pgxQueries { return &pgxQueries{db: tx} }
+
+func (q *pgxQueries) lockHeld(ctx context.Context, key int64) (held bool, err error) {
+	err = q.db.QueryRow(ctx, holdsLockQuery, key).Scan(&held)
+	return held, err
+}
+
+func (q *pgxQueries) insert(ctx context.Context, table, v string) error {
+	_, err := q.db.Exec(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
+	return err
+}
+
+// repository is what the test bodies need from either sqlc-shaped repository.
+type repository interface {
+	lockHeld(ctx context.Context, key int64) (bool, error)
+	insert(ctx context.Context, table, v string) error
+}
+
+// repositoryCall runs fn under key through one front door and repository shape.
+type repositoryCall func(ctx context.Context, key int64, fn func(repository) error) error
+
+// repositoryShapes lists every (front door, constructor shape) combination.
+func repositoryShapes(db *sql.DB, pool *pgxpool.Pool) map[string]repositoryCall {
+	sqlFn := func(fn func(repository) error) func(*sqlQueries) error {
+		return func(q *sqlQueries) error { return fn(q) }
+	}
+	pgxFn := func(fn func(repository) error) func(*pgxQueries) error {
+		return func(q *pgxQueries) error { return fn(q) }
+	}
+	return map[string]repositoryCall{
+		"sql/New(DBTX)": func(ctx context.Context, key int64, fn func(repository) error) error {
+			return pgadvisory.RunExclusiveRepo(ctx, db, key, newSQLQueries, sqlFn(fn))
+		},
+		"sql/WithTx": func(ctx context.Context, key int64, fn func(repository) error) error {
+			return pgadvisory.RunExclusiveRepo(ctx, db, key, newSQLQueries(db).WithTx, sqlFn(fn))
+		},
+		"pgx/New(DBTX)": func(ctx context.Context, key int64, fn func(repository) error) error {
+			return pgadvisory.RunExclusiveRepoPgx(ctx, pool, key, newPgxQueries, pgxFn(fn))
+		},
+		"pgx/WithTx": func(ctx context.Context, key int64, fn func(repository) error) error {
+			return pgadvisory.RunExclusiveRepoPgx(ctx, pool, key, newPgxQueries(pool).WithTx, pgxFn(fn))
+		},
+	}
+}
+
+// countingConnector counts the connections database/sql opens.
+type countingConnector struct {
+	driver.Connector
+	n *atomic.Int64
+}
+
+func (c countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	c.n.Add(1)
+	return c.Connector.Connect(ctx)
+}
+
+// countingDB is a *sql.DB on the test database that has not connected
+// yet; the counter says how many connections it has opened since.
+func countingDB(t *testing.T) (*sql.DB, *atomic.Int64) {
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	n := new(atomic.Int64)
+	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), n: n})
+	t.Cleanup(func() { _ = db.Close() })
+	return db, n
+}
+
+// requireRefusedUpFront checks err is the up-front argument error.
+func requireRefusedUpFront(t *testing.T, err error, key int64) {
+	t.Helper()
+	require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
+	var pe *pgadvisory.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "begin", pe.Op)
+	require.Equal(t, []int64{key}, pe.LockIDs)
 }

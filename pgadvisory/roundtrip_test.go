@@ -25,85 +25,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// countedPool is a one-connection pgx pool whose round trips c counts.
-func countedPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
-	t.Helper()
-	return testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
-		cfg.MaxConns = 1
-		cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
-		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	})
-}
-
-// countedDB is a one-connection database/sql handle (pgx stdlib) whose round
-// trips c counts.
-func countedDB(t testing.TB, c *wirecount.Counter) *sql.DB {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.DialFunc = c.Dial(cfg.DialFunc)
-	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, db.PingContext(context.Background()))
-	return db
-}
-
-// requireSteadyRoundTrips warms op up (first use prepares its statements), then runs it
-// three times and requires each run to cost exactly want round trips.
-func requireSteadyRoundTrips(t *testing.T, c *wirecount.Counter, want int64, op func() error) {
-	t.Helper()
-	require.NoError(t, op(), "warm-up")
-	for i := range 3 {
-		before := c.RoundTrips()
-		require.NoError(t, op())
-		require.Equal(t, want, c.RoundTrips()-before, "round trips of run %d", i)
-	}
-}
-
-// holdElsewhere holds key exclusively on a separate, uncounted connection until t ends.
-func holdElsewhere(t *testing.T, keys ...int64) {
-	t.Helper()
-	conn, err := testdb.Pool(t).Acquire(context.Background())
-	require.NoError(t, err)
-	t.Cleanup(conn.Release)
-	for _, k := range keys {
-		var ok bool
-		require.NoError(t, conn.QueryRow(context.Background(), "SELECT pg_try_advisory_lock($1)", k).Scan(&ok))
-		require.True(t, ok)
-	}
-}
-
-// requireLoserRoundTrips runs a call that loses the lock with the counter's gate letting
-// only n round trips start. It requires the call to return ErrLocked while
-// the gate holds the rest back (so the caller waited for at most n), and the
-// count at that moment to be exactly n. It then requires one more round trip
-// (the ROLLBACK) to be waiting at the gate, releases it and waits until the
-// connection is idle again.
-func requireLoserRoundTrips(t *testing.T, c *wirecount.Counter, n int64, idle func() bool, op func() error) {
-	t.Helper()
-	before := c.RoundTrips()
-	release := c.Gate(n)
-	t.Cleanup(release)
-	errc := make(chan error, 1)
-	go func() { errc <- op() }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-time.After(30 * time.Second):
-		release()
-		t.Fatalf("the losing call did not return within %d round trips: it needs more before returning (a synchronous ROLLBACK?)", n)
-	}
-	require.ErrorIs(t, err, pgadvisory.ErrLocked)
-	require.Equal(t, n, c.RoundTrips()-before, "round trips before the call returned")
-	require.Eventually(t, func() bool { return c.Waiting() == 1 }, 30*time.Second, time.Millisecond,
-		"the ROLLBACK should be under way in the background")
-	release()
-	require.Eventually(t, func() bool { return c.RoundTrips()-before == n+1 && idle() }, 30*time.Second, time.Millisecond,
-		"the background ROLLBACK should finish and return the connection")
-}
-
 func TestRoundTripsControls(t *testing.T) {
 	ctx := context.Background()
 	c := wirecount.New()
@@ -252,4 +173,83 @@ func TestRoundTripsRunExclusive(t *testing.T) {
 		require.Eventually(t, frontdoor.OnDB(db).Idle, 30*time.Second, time.Millisecond)
 		requireLoserRoundTrips(t, c, 2, frontdoor.OnDB(db).Idle, op) // BEGIN, lock; the ROLLBACK in the background
 	})
+}
+
+// countedPool is a one-connection pgx pool whose round trips c counts.
+func countedPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
+	t.Helper()
+	return testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1
+		cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
+}
+
+// countedDB is a one-connection database/sql handle (pgx stdlib) whose round
+// trips c counts.
+func countedDB(t testing.TB, c *wirecount.Counter) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.DialFunc = c.Dial(cfg.DialFunc)
+	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.PingContext(context.Background()))
+	return db
+}
+
+// requireSteadyRoundTrips warms op up (first use prepares its statements), then runs it
+// three times and requires each run to cost exactly want round trips.
+func requireSteadyRoundTrips(t *testing.T, c *wirecount.Counter, want int64, op func() error) {
+	t.Helper()
+	require.NoError(t, op(), "warm-up")
+	for i := range 3 {
+		before := c.RoundTrips()
+		require.NoError(t, op())
+		require.Equal(t, want, c.RoundTrips()-before, "round trips of run %d", i)
+	}
+}
+
+// holdElsewhere holds key exclusively on a separate, uncounted connection until t ends.
+func holdElsewhere(t *testing.T, keys ...int64) {
+	t.Helper()
+	conn, err := testdb.Pool(t).Acquire(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	for _, k := range keys {
+		var ok bool
+		require.NoError(t, conn.QueryRow(context.Background(), "SELECT pg_try_advisory_lock($1)", k).Scan(&ok))
+		require.True(t, ok)
+	}
+}
+
+// requireLoserRoundTrips runs a call that loses the lock with the counter's gate letting
+// only n round trips start. It requires the call to return ErrLocked while
+// the gate holds the rest back (so the caller waited for at most n), and the
+// count at that moment to be exactly n. It then requires one more round trip
+// (the ROLLBACK) to be waiting at the gate, releases it and waits until the
+// connection is idle again.
+func requireLoserRoundTrips(t *testing.T, c *wirecount.Counter, n int64, idle func() bool, op func() error) {
+	t.Helper()
+	before := c.RoundTrips()
+	release := c.Gate(n)
+	t.Cleanup(release)
+	errc := make(chan error, 1)
+	go func() { errc <- op() }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(30 * time.Second):
+		release()
+		t.Fatalf("the losing call did not return within %d round trips: it needs more before returning (a synchronous ROLLBACK?)", n)
+	}
+	require.ErrorIs(t, err, pgadvisory.ErrLocked)
+	require.Equal(t, n, c.RoundTrips()-before, "round trips before the call returned")
+	require.Eventually(t, func() bool { return c.Waiting() == 1 }, 30*time.Second, time.Millisecond,
+		"the ROLLBACK should be under way in the background")
+	release()
+	require.Eventually(t, func() bool { return c.RoundTrips()-before == n+1 && idle() }, 30*time.Second, time.Millisecond,
+		"the background ROLLBACK should finish and return the connection")
 }

@@ -14,37 +14,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// connectTo opens a pgx connection, closed when t ends.
-func connectTo(t *testing.T, url string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
-
-// tryHandWrittenLock runs pg_try_advisory_xact_lock(key) on conn, the way a hand-written
-// lock would, and rolls back.
-func tryHandWrittenLock(t *testing.T, conn *pgx.Conn, key int64) bool {
-	t.Helper()
-	tx, err := conn.Begin(t.Context())
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	var got bool
-	require.NoError(t, tx.QueryRow(t.Context(), "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&got))
-	return got
-}
-
-// serverLocks counts advisory locks on key held on conn's server.
-func serverLocks(t *testing.T, conn *pgx.Conn, key int64) int {
-	t.Helper()
-	var n int
-	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1
-  AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
-	return n
-}
-
 func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 	primary := throwawayCluster(t)
 	standby := primary.StartStandby(t)
@@ -97,4 +66,35 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, serverLocks(t, holder, key), "the primary still holds the key")
+}
+
+// connectTo opens a pgx connection, closed when t ends.
+func connectTo(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// tryHandWrittenLock runs pg_try_advisory_xact_lock(key) on conn, the way a hand-written
+// lock would, and rolls back.
+func tryHandWrittenLock(t *testing.T, conn *pgx.Conn, key int64) bool {
+	t.Helper()
+	tx, err := conn.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var got bool
+	require.NoError(t, tx.QueryRow(t.Context(), "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&got))
+	return got
+}
+
+// serverLocks counts advisory locks on key held on conn's server.
+func serverLocks(t *testing.T, conn *pgx.Conn, key int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1
+  AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
+	return n
 }
