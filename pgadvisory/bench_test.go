@@ -4,7 +4,8 @@ package pgadvisory_test
 // always in the same run. Every critical section is empty, so the numbers
 // are the lock mechanism's own cost. Pools have 16 connections. Each
 // benchmark also reports rt/op: round trips per op counted on the wire
-// (internal/testkit/wirecount; for losers this includes the background ROLLBACK).
+// (internal/testkit/wirecount; for losers this includes the background
+// ROLLBACK).
 //
 // Claims, checked from interleaved runs by .ci/bench:
 //
@@ -16,6 +17,10 @@ package pgadvisory_test
 // the explicit READ COMMITTED) and against Contended/pgx_select1 (that round
 // trip carries BEGIN and the lock statement, so it costs more than SELECT 1).
 // TestRoundTrips asserts the single round trip exactly.
+//
+// The design source's baseline is pglock.RunExclusive
+// (internal/testkit/designsource/pglock), its RunExclusive copied verbatim;
+// the other baselines and the fixtures follow the benchmarks.
 
 import (
 	"context"
@@ -37,12 +42,109 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// ---- Baseline: the design source, verbatim ---------------------------------
-//
-// pglock.RunExclusive (internal/testkit/designsource/pglock) is the design source's
-// RunExclusive, copied verbatim; pgadvisory.RunExclusive is measured against it.
+// BenchmarkStdlib compares pgadvisory.RunExclusive with the design source's
+// RunExclusive and with a bare transaction, all on database/sql + pgx stdlib.
+func BenchmarkStdlib(b *testing.B) {
+	ctx := context.Background()
+	c := wirecount.New()
+	db := benchDB(b, c)
+	idle := frontdoor.OnDB(db).Idle
+	runCases(b,
+		benchCase{"bare_tx", func(b *testing.B) {
+			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxStdlib(ctx, db) })
+		}},
+		benchCase{"design_source", func(b *testing.B) {
+			key := testdb.Key(b)
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+		benchCase{"lockgen", func(b *testing.B) {
+			key := testdb.Key(b)
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+	)
+}
 
-// ---- Other baselines -----------------------------------------------------------
+// BenchmarkPgx compares pgadvisory.RunExclusivePgx with a bare pgx
+// transaction on the same pool.
+func BenchmarkPgx(b *testing.B) {
+	ctx := context.Background()
+	c := wirecount.New()
+	pool := benchPool(b, c)
+	idle := frontdoor.OnPool(pool).Idle
+	runCases(b,
+		benchCase{"bare_tx", func(b *testing.B) {
+			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxPgx(ctx, pool) })
+		}},
+		benchCase{"lockgen", func(b *testing.B) {
+			key := testdb.Key(b)
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+	)
+}
+
+// BenchmarkContended measures a caller that loses the lock (another session
+// holds it). The plain rows are "settled" (see [settled]): time/op is what the
+// caller waits for, against one round trip (SELECT 1) on the same handle and,
+// for database/sql, the design source's loser, which rolls back before it
+// returns. The _back_to_back rows run losers one after the other, so the
+// background ROLLBACK of one loser competes with the next.
+func BenchmarkContended(b *testing.B) {
+	ctx := context.Background()
+	c := wirecount.New()
+	pool := benchPool(b, c)
+	db := benchDB(b, c)
+	key := testdb.Key(b)
+	benchHold(b, key)
+	pIdle, sIdle := frontdoor.OnPool(pool).Idle, frontdoor.OnDB(db).Idle
+	runCases(b,
+		benchCase{"pgx_select1", func(b *testing.B) {
+			benchOp(b, c, settled, nil, pIdle, func() error {
+				var n int
+				return pool.QueryRow(ctx, "SELECT 1").Scan(&n)
+			})
+		}},
+		benchCase{"pgx_pipelined_loser", func(b *testing.B) {
+			benchOp(b, c, settled, errBenchLocked, pIdle, func() error { return pipelinedLoserPgx(ctx, pool, key) })
+		}},
+		benchCase{"pgx_loser", func(b *testing.B) {
+			benchOp(b, c, settled, pgadvisory.ErrLocked, pIdle, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+		benchCase{"pgx_loser_back_to_back", func(b *testing.B) {
+			benchOp(b, c, backToBack, pgadvisory.ErrLocked, pIdle, func() error {
+				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+		benchCase{"stdlib_select1", func(b *testing.B) {
+			benchOp(b, c, settled, nil, sIdle, func() error {
+				var n int
+				return db.QueryRowContext(ctx, "SELECT 1").Scan(&n)
+			})
+		}},
+		benchCase{"stdlib_design_source_loser", func(b *testing.B) {
+			benchOp(b, c, settled, pglock.ErrLocked, sIdle, func() error {
+				return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+		benchCase{"stdlib_loser", func(b *testing.B) {
+			benchOp(b, c, settled, pgadvisory.ErrLocked, sIdle, func() error {
+				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+		benchCase{"stdlib_loser_back_to_back", func(b *testing.B) {
+			benchOp(b, c, backToBack, pgadvisory.ErrLocked, sIdle, func() error {
+				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
+			})
+		}},
+	)
+}
 
 // bareTxStdlib is the cheapest transaction database/sql can run: BEGIN,
 // SELECT 1, COMMIT (3 round trips).
@@ -97,8 +199,7 @@ func pipelinedLoserPgx(ctx context.Context, pool *pgxpool.Pool, key int64) error
 
 var errBenchLocked = errors.New("bench: lock held elsewhere")
 
-// ---- Fixtures ------------------------------------------------------------------
-
+// benchPoolSize is the size of every measured pool.
 const benchPoolSize = 16
 
 // benchDB is a database/sql handle (pgx stdlib, default settings) with 16
@@ -220,110 +321,4 @@ func runCases(b *testing.B, cases ...benchCase) {
 	for _, c := range cases {
 		b.Run(c.name, c.fn)
 	}
-}
-
-// ---- Benchmarks ----------------------------------------------------------------
-
-// BenchmarkStdlib compares pgadvisory.RunExclusive with the design source's
-// RunExclusive and with a bare transaction, all on database/sql + pgx stdlib.
-func BenchmarkStdlib(b *testing.B) {
-	ctx := context.Background()
-	c := wirecount.New()
-	db := benchDB(b, c)
-	idle := frontdoor.OnDB(db).Idle
-	runCases(b,
-		benchCase{"bare_tx", func(b *testing.B) {
-			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxStdlib(ctx, db) })
-		}},
-		benchCase{"design_source", func(b *testing.B) {
-			key := testdb.Key(b)
-			benchOp(b, c, backToBack, nil, idle, func() error {
-				return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-			})
-		}},
-		benchCase{"lockgen", func(b *testing.B) {
-			key := testdb.Key(b)
-			benchOp(b, c, backToBack, nil, idle, func() error {
-				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-			})
-		}},
-	)
-}
-
-// BenchmarkPgx compares pgadvisory.RunExclusivePgx with a bare pgx
-// transaction on the same pool.
-func BenchmarkPgx(b *testing.B) {
-	ctx := context.Background()
-	c := wirecount.New()
-	pool := benchPool(b, c)
-	idle := frontdoor.OnPool(pool).Idle
-	runCases(b,
-		benchCase{"bare_tx", func(b *testing.B) {
-			benchOp(b, c, backToBack, nil, idle, func() error { return bareTxPgx(ctx, pool) })
-		}},
-		benchCase{"lockgen", func(b *testing.B) {
-			key := testdb.Key(b)
-			benchOp(b, c, backToBack, nil, idle, func() error {
-				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
-			})
-		}},
-	)
-}
-
-// BenchmarkContended measures a caller that loses the lock (another session
-// holds it). The plain rows are "settled" (see [settled]): time/op is what the
-// caller waits for, against one round trip (SELECT 1) on the same handle and,
-// for database/sql, the design source's loser, which rolls back before it
-// returns. The _back_to_back rows run losers one after the other, so the
-// background ROLLBACK of one loser competes with the next.
-func BenchmarkContended(b *testing.B) {
-	ctx := context.Background()
-	c := wirecount.New()
-	pool := benchPool(b, c)
-	db := benchDB(b, c)
-	key := testdb.Key(b)
-	benchHold(b, key)
-	pIdle, sIdle := frontdoor.OnPool(pool).Idle, frontdoor.OnDB(db).Idle
-	runCases(b,
-		benchCase{"pgx_select1", func(b *testing.B) {
-			benchOp(b, c, settled, nil, pIdle, func() error {
-				var n int
-				return pool.QueryRow(ctx, "SELECT 1").Scan(&n)
-			})
-		}},
-		benchCase{"pgx_pipelined_loser", func(b *testing.B) {
-			benchOp(b, c, settled, errBenchLocked, pIdle, func() error { return pipelinedLoserPgx(ctx, pool, key) })
-		}},
-		benchCase{"pgx_loser", func(b *testing.B) {
-			benchOp(b, c, settled, pgadvisory.ErrLocked, pIdle, func() error {
-				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
-			})
-		}},
-		benchCase{"pgx_loser_back_to_back", func(b *testing.B) {
-			benchOp(b, c, backToBack, pgadvisory.ErrLocked, pIdle, func() error {
-				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
-			})
-		}},
-		benchCase{"stdlib_select1", func(b *testing.B) {
-			benchOp(b, c, settled, nil, sIdle, func() error {
-				var n int
-				return db.QueryRowContext(ctx, "SELECT 1").Scan(&n)
-			})
-		}},
-		benchCase{"stdlib_design_source_loser", func(b *testing.B) {
-			benchOp(b, c, settled, pglock.ErrLocked, sIdle, func() error {
-				return pglock.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-			})
-		}},
-		benchCase{"stdlib_loser", func(b *testing.B) {
-			benchOp(b, c, settled, pgadvisory.ErrLocked, sIdle, func() error {
-				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-			})
-		}},
-		benchCase{"stdlib_loser_back_to_back", func(b *testing.B) {
-			benchOp(b, c, backToBack, pgadvisory.ErrLocked, sIdle, func() error {
-				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
-			})
-		}},
-	)
 }

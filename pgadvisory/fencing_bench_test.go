@@ -30,28 +30,6 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// fencedBenchTables creates a plain and a fenced (strict, lock key) accounts table
-// with row 1 in each, and returns their names.
-func fencedBenchTables(b *testing.B, pool *pgxpool.Pool, key int64) (plain, fenced string) {
-	b.Helper()
-	ctx := context.Background()
-	admin := migrated.DB(b)
-	schema := testdb.Schema(b)
-	plain = fencing.Table(b, admin, schema, "plain", key, "")
-	fenced = fencing.Table(b, admin, schema, "fenced", key, "strict")
-	if _, err := admin.Exec(`INSERT INTO ` + plain + ` (id, balance) VALUES (1, 0)`); err != nil {
-		b.Fatal(err)
-	}
-	err := pgadvisory.RunExclusivePgx(ctx, pool, key, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+fenced+` (id, balance) VALUES (1, 0)`)
-		return err
-	}, pgadvisory.WithFencing())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return plain, fenced
-}
-
 func BenchmarkFencing(b *testing.B) {
 	ctx := context.Background()
 	for _, commit := range []string{"", "_async"} {
@@ -151,4 +129,26 @@ func BenchmarkTrigger(b *testing.B) {
 	}
 	b.Run("bulk_10k_no_trigger", bulk(plain))
 	b.Run("bulk_10k_trigger", bulk(fenced))
+}
+
+// fencedBenchTables creates a plain and a fenced (strict, lock key) accounts table
+// with row 1 in each, and returns their names.
+func fencedBenchTables(b *testing.B, pool *pgxpool.Pool, key int64) (plain, fenced string) {
+	b.Helper()
+	ctx := context.Background()
+	admin := migrated.DB(b)
+	schema := testdb.Schema(b)
+	plain = fencing.Table(b, admin, schema, "plain", key, "")
+	fenced = fencing.Table(b, admin, schema, "fenced", key, "strict")
+	if _, err := admin.Exec(`INSERT INTO ` + plain + ` (id, balance) VALUES (1, 0)`); err != nil {
+		b.Fatal(err)
+	}
+	err := pgadvisory.RunExclusivePgx(ctx, pool, key, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+fenced+` (id, balance) VALUES (1, 0)`)
+		return err
+	}, pgadvisory.WithFencing())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return plain, fenced
 }
