@@ -21,6 +21,9 @@ import (
 // Who holds what is read from pg_locks (witness.Holds), never inferred from
 // try-lock results alone: a session lock leaked on a pooled connection is
 // re-entrant for that connection, so only pg_locks shows it reliably.
+// This file: a session lock excludes everyone else while fn runs (shared
+// holders excepted), with the helpers of the family at its end;
+// session_release_test.go and session_lost_test.go hold the other stories.
 
 func TestSessionExcludesWhileFnRuns(t *testing.T) {
 	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, other frontdoor.Door) {
