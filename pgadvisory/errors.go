@@ -124,7 +124,7 @@ var (
 //   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
 //   - "fenced write": [RunFenced], [SetFencingToken] and their Pgx forms;
 //     Token is the token the write carried.
-//   - "migrate": [Migrate].
+//   - "migrate": [Migrate], [Migrations] and [Migrator]'s methods.
 //   - "register": [Register].
 //   - "register instance": [RegisterInstance].
 //

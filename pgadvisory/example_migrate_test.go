@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -67,4 +68,42 @@ func ExampleMigrate_pgx() {
 	}
 	fmt.Println("migrated")
 	// Output: migrated
+}
+
+// ExampleMigrator: migrate a pgx pool and report the status, as lockgen
+// migrate status does. DownTo(ctx, v) and Down roll back the same way.
+func ExampleMigrator() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	m, err := pgadvisory.NewMigratorPgx(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx); err != nil {
+		log.Fatal(err)
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("up to date:", st.UpToDate(), "pending:", len(st.Pending()))
+	// Output: up to date: true pending: 0
+}
+
+// ExampleMigrations: the SQL for teams whose own migration tool (goose,
+// atlas, flyway, golang-migrate) applies lockgen's schema; lockgen migrate
+// sql prints the same.
+func ExampleMigrations() {
+	list, err := pgadvisory.Migrations()
+	if err != nil {
+		log.Fatal(err)
+	}
+	first := list[0]
+	fmt.Println(first.Version, first.Name(), strings.Contains(first.UpSQL, "CREATE SCHEMA pgadvisory;"))
+	fmt.Println(strings.Contains(first.DownSQL, "DROP SCHEMA pgadvisory;"))
+	// Output:
+	// 1 lock_id true
+	// true
 }
