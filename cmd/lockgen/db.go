@@ -47,9 +47,22 @@ func (c *cli) databaseURL() string {
 }
 
 // openDB connects to the database URL, as application_name "lockgen <cmd>" unless
-// the URL sets one, and returns the handle with a context that ends on
-// interrupt or after dbTimeout.
+// the URL sets one, with one connection, and returns the handle with a
+// context that ends on interrupt or after dbTimeout.
 func (c *cli) openDB(cmd string) (*sql.DB, context.Context, func(), error) {
+	return c.openDBWith(cmd, dbOptions{conns: 1, timeout: dbTimeout})
+}
+
+// dbOptions adjust openDBWith.
+type dbOptions struct {
+	conns   int           // the pool's maximum number of connections
+	timeout time.Duration // bounds the whole command
+	// adjust changes the parsed configuration, e.g. the query exec mode.
+	adjust func(*pgx.ConnConfig)
+}
+
+// openDBWith is openDB with other limits.
+func (c *cli) openDBWith(cmd string, o dbOptions) (*sql.DB, context.Context, func(), error) {
 	cfg, err := pgx.ParseConfig(c.databaseURL())
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("-db: %w", err)
@@ -57,10 +70,13 @@ func (c *cli) openDB(cmd string) (*sql.DB, context.Context, func(), error) {
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "lockgen " + cmd
 	}
+	if o.adjust != nil {
+		o.adjust(cfg)
+	}
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(1)
+	db.SetMaxOpenConns(o.conns)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	closeAll := func() {
 		cancel()
 		stop()

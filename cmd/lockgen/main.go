@@ -20,6 +20,11 @@
 //
 //	go tool lockgen status -db "$DATABASE_URL"
 //
+// and apply lockgen's schema, or print its SQL for your own migration tool:
+//
+//	go tool lockgen migrate up -db "$DATABASE_URL"
+//	go tool lockgen migrate sql > migrations/00042_lockgen.sql
+//
 // Run "lockgen -h" for the commands.
 package main
 
@@ -57,6 +62,7 @@ Commands:
 	fence      write a goose migration that fences a table with a declared lock
 	register   record the declared locks in the database's lock registry
 	status     list the advisory locks held and awaited in the database, by name
+	migrate    apply, roll back, list or print lockgen's schema migrations
 	version    print lockgen's version
 
 Run "lockgen <command> -h" for a command's flags. From go generate:
@@ -73,7 +79,7 @@ type command struct {
 	flags func(c *cli, fs *flag.FlagSet)
 }
 
-var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, registerCmd, statusCmd, versionCmd}
+var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, registerCmd, statusCmd, migrateCmd, versionCmd}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -86,6 +92,7 @@ type cli struct {
 	forgetHistory  bool       // generate -forget-history
 	fence          fenceFlags // lockgen fence's other flags
 	db             dbFlags    // register's and status's database flags
+	migrate        migrateFlags
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
