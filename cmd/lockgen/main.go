@@ -62,6 +62,7 @@ Commands:
 	fence      write a goose migration that fences a table with a declared lock
 	register   record the declared locks in the database's lock registry
 	status     list the advisory locks held and awaited in the database, by name
+	doctor     check the server and connection path for lockgen's traps
 	migrate    apply, roll back, list or print lockgen's schema migrations
 	version    print lockgen's version
 
@@ -79,7 +80,7 @@ type command struct {
 	flags func(c *cli, fs *flag.FlagSet)
 }
 
-var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, registerCmd, statusCmd, migrateCmd, versionCmd}
+var commands = []*command{generateCmd, checkCmd, listCmd, idCmd, fenceCmd, registerCmd, statusCmd, doctorCmd, migrateCmd, versionCmd}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -15,6 +15,8 @@
 //     fencing tests.
 //   - faultproxy: a TCP proxy that cuts, blackholes or cuts after a chosen
 //     message.
+//   - stubpg: a server speaking PostgreSQL's wire protocol whose advisory
+//     locks exclude nobody (lockgen doctor's exclusion check).
 //   - pgcluster: throwaway PostgreSQL clusters (standby, settings) and
 //     PgBouncer.
 //   - wirecount: round trips counted on the wire.
