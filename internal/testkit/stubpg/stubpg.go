@@ -167,4 +167,3 @@ func row(b *pgproto3.Backend, names []string, oids []uint32, values ...string) {
 	b.Send(&pgproto3.DataRow{Values: data})
 	b.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 }
-
