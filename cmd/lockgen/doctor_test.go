@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/doctor"
+	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+)
+
+// lockgen doctor's output and exit status; the checks themselves are
+// tested in internal/doctor.
+
+func TestDoctorCommandPrintsOneLinePerCheck(t *testing.T) {
+	_, url := testdb.EmptyDatabase(t)
+	code, out, errOut := lockgen("doctor", "-db", url)
+	require.Equal(t, exitOK, code, "no check fails on the test server: %s%s", out, errOut)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, len(doctor.Names), out)
+	for i, line := range lines {
+		require.Regexp(t, `^(pass|warn|fail) +`+regexp.QuoteMeta(doctor.Names[i])+`: \S`, line)
+		if strings.HasPrefix(line, "warn") {
+			require.Contains(t, line, ". Fix: ", "a warning says what to do")
+		}
+	}
+	require.Contains(t, out, "warn  schema: lockgen's schema is missing")
+}
+
+func TestDoctorCommandJSON(t *testing.T) {
+	code, out, errOut := lockgen("doctor", "-db", testdb.URL(t), "-json")
+	require.Equal(t, exitOK, code, errOut)
+	var r struct {
+		Checks []map[string]string `json:"checks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Checks, len(doctor.Names))
+	for i, c := range r.Checks {
+		require.Equal(t, doctor.Names[i], c["name"])
+		require.Contains(t, []string{"pass", "warn", "fail"}, c["status"])
+		require.NotEmpty(t, c["detail"])
+		require.Contains(t, c, "fix")
+		require.Len(t, c, 4, "exactly name, status, detail and fix")
+	}
+}
+
+// TestDoctorCommandExitsOneOnAFailure: through PgBouncer in transaction
+// mode with one server connection the exclusion check fails; the report
+// is still printed, JSON too.
+func TestDoctorCommandExitsOneOnAFailure(t *testing.T) {
+	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction", pgcluster.WithSetting("default_pool_size", "1"))
+	code, out, _ := lockgen("doctor", "-db", bouncer)
+	require.Equal(t, exitFail, code, out)
+	require.Regexp(t, `(?m)^fail  exclusion: a second connection also got the session lock`, out)
+	require.Regexp(t, `(?m)^warn  pooler: `, out)
+
+	code, out, _ = lockgen("doctor", "-db", bouncer, "-json")
+	require.Equal(t, exitFail, code)
+	require.Contains(t, out, `"status": "fail"`)
+}
+
+// TestDoctorCommandReadsDeclarations: with -f the registry check compares
+// the file with the database.
+func TestDoctorCommandReadsDeclarations(t *testing.T) {
+	_, url := testdb.EmptyDatabase(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "locks.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("version: \"1\"\npackage: locks\nlocks:\n  - name: reports.daily_email\n"), 0o644))
+	code, out, errOut := lockgen("migrate", "up", "-db", url)
+	require.Equal(t, exitOK, code, errOut)
+
+	code, out, errOut = lockgen("doctor", "-db", url, "-f", file)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "warn  registry: declared in "+file+" but not registered (lockgen status shows their raw keys): reports.daily_email. Fix: lockgen register -f "+file)
+	require.Contains(t, out, "declares 1 lock(s) (1 plain, 0 parameterized)")
+
+	code, _, errOut = lockgen("register", "-db", url, "-f", file)
+	require.Equal(t, exitOK, code, errOut)
+	code, out, _ = lockgen("doctor", "-db", url, "-f", file)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "pass  registry: the registry holds the 1 lock(s) "+file+" declares")
+}
+
+func TestDoctorCommandRefusesBadInputs(t *testing.T) {
+	code, out, errOut := lockgen("doctor", "-db", "postgres://127.0.0.1:1/test?connect_timeout=5")
+	require.Equal(t, exitFail, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "lockgen: connecting to 127.0.0.1:1/test")
+
+	code, _, errOut = lockgen("doctor", "-db", testdb.URL(t), "-f", filepath.Join(t.TempDir(), "missing.yaml"))
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut, "reading declarations")
+
+	bad := filepath.Join(t.TempDir(), "locks.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("version: \"1\"\npackage: locks\nlocks:\n  - name: Bad.Name\n"), 0o644))
+	code, _, errOut = lockgen("doctor", "-db", testdb.URL(t), "-f", bad)
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut, bad+":4:")
+
+	code, _, errOut = lockgen("doctor", "now")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `unexpected argument "now"`)
+}
