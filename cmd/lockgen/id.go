@@ -23,7 +23,10 @@ file: its declared parameter types canonicalize the values ("+042" becomes
 "42") and a pinned or kept ID is printed as declared. Without -f, when
 locks.yaml in the current directory declares NAME and its declared ID would
 differ (a pin, non-canonical values, another parameter count), a note on
-stderr says so. Flags go before NAME.
+stderr says so. Flags go before NAME; a parameter after NAME that starts
+with '-' (other than a negative number) is refused unless it follows --:
+
+	lockgen id -f locks.yaml reports.export -- -draft
 `,
 	flags: fileFlag,
 	run: func(c *cli, fs *flag.FlagSet) int {
@@ -32,6 +35,11 @@ stderr says so. Flags go before NAME.
 			return c.usageError("id", "missing lock NAME")
 		}
 		name, params := args[0], args[1:]
+		params, flagLike := paramsAfterName(params)
+		if flagLike != "" {
+			return c.usageError("id", "parameter %q looks like a flag: flags go before NAME (lockgen id -f locks.yaml NAME PARAM...); "+
+				"put -- before parameters that start with '-' (lockgen id NAME -- %s)", flagLike, flagLike)
+		}
 		if err := keyspace.ValidateName(name); err != nil {
 			var ne *keyspace.NameError
 			if errors.As(err, &ne) {
@@ -61,6 +69,22 @@ stderr says so. Flags go before NAME.
 		fmt.Fprintln(c.stdout, id)
 		return exitOK
 	},
+}
+
+// paramsAfterName drops the first "--" from the parameters and returns the
+// first parameter before it that looks like a flag ("-f", "--json"): the
+// flag package stops at NAME, so a flag written after it would otherwise be
+// hashed as a parameter. A negative number ("-7") and "-" are parameters.
+func paramsAfterName(args []string) (params []string, flagLike string) {
+	for i, a := range args {
+		if a == "--" {
+			return append(append(params, args[:i]...), args[i+1:]...), ""
+		}
+		if flagLike == "" && len(a) > 1 && a[0] == '-' && (a[1] < '0' || a[1] > '9') {
+			flagLike = a
+		}
+	}
+	return args, flagLike
 }
 
 // declaredID is the ID of the declared lock l (nil: not declared) with the
