@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/gogen"
@@ -21,8 +22,9 @@ declarations say what is meant: renamed_from with on_rename, retired, or
 on_id_change. What it emitted before is recorded at the end of the output
 file; when that file is missing (deleted, or output: changed), the output
 committed at git HEAD is read instead. -forget-history ignores both, to
-recover from a damaged output: renames since then go unchecked. From go
-generate:
+recover from a damaged output: renames since then go unchecked. When
+neither exists (a first generate, or no git), a note on stderr says that
+renames were unchecked this time. From go generate:
 
 	//go:generate go tool lockgen generate
 `,
@@ -44,6 +46,9 @@ generate:
 		}
 		if _, err := gogen.WriteFile(loaded.Output.Path, src); err != nil {
 			return c.fail(err)
+		}
+		if loaded.Unchecked != "" {
+			fmt.Fprintf(c.stderr, "lockgen generate: note: %s\n", loaded.Unchecked)
 		}
 		return exitOK
 	},

@@ -13,6 +13,11 @@ import (
 type Loaded struct {
 	File   *File
 	Output Output
+	// Unchecked is non-empty when no earlier output was found (no output
+	// file, and no git HEAD that has one), so renames and removed locks
+	// could not be checked this time: it says so, for a note to the user.
+	// It is empty with ForgetHistory, which asks for exactly that.
+	Unchecked string
 }
 
 // Output is the output file named by the declarations, as found before this
@@ -72,7 +77,12 @@ func Load(path string, opts LoadOptions) (*Loaded, error) {
 		return check(f, perr, out, hist, herr)
 	}
 	hist, herr := committedHistory(path)
-	return check(f, perr, out, hist, herr)
+	loaded, err := check(f, perr, out, hist, herr)
+	if err == nil && hist == nil {
+		loaded.Unchecked = fmt.Sprintf("no earlier output of %s was found (%s does not exist, and git HEAD has none, or this is not a git work tree): "+
+			"renames and removed locks are unchecked this time", path, out.Path)
+	}
+	return loaded, err
 }
 
 // LoadBytes is [Load] on in-memory contents: the declarations src read from
