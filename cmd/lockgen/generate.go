@@ -44,8 +44,11 @@ renames were unchecked this time. From go generate:
 		if err != nil {
 			return c.fail(err)
 		}
-		if _, err := gogen.WriteFile(loaded.Output.Path, src); err != nil {
-			return c.fail(err)
+		// A CRLF checkout of the same contents is left as it is.
+		if !loaded.Output.Fresh(src) {
+			if _, err := gogen.WriteFile(loaded.Output.Path, src); err != nil {
+				return c.fail(err)
+			}
 		}
 		if loaded.Unchecked != "" {
 			fmt.Fprintf(c.stderr, "lockgen generate: note: %s\n", loaded.Unchecked)

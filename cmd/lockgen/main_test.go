@@ -36,6 +36,8 @@ func (d dbTests) Run() int { return testdb.Run(d.m) }
 //	status CODE lockgen ARGS...  run lockgen and require exit status CODE
 //	[!] notmp                    fail if a temporary file of lockgen is left
 //	                             (with !, fail unless there is one)
+//	crlf FILE...                 turn LF line ends into CRLF, as a Windows
+//	                             checkout with core.autocrlf=true does
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
@@ -45,6 +47,7 @@ func TestScripts(t *testing.T) {
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"status": cmdStatus,
 			"notmp":  cmdNoTemp,
+			"crlf":   cmdCRLF,
 		},
 	})
 }
@@ -92,5 +95,17 @@ func cmdNoTemp(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("temporary files left behind: %v", found)
 	case neg && len(found) == 0:
 		ts.Fatalf("no temporary file found")
+	}
+}
+
+func cmdCRLF(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: crlf FILE...")
+	}
+	for _, name := range args {
+		src, err := os.ReadFile(ts.MkAbs(name))
+		ts.Check(err)
+		crlf := strings.ReplaceAll(strings.ReplaceAll(string(src), "\r\n", "\n"), "\n", "\r\n")
+		ts.Check(os.WriteFile(ts.MkAbs(name), []byte(crlf), 0o644))
 	}
 }

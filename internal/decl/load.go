@@ -25,11 +25,13 @@ type Loaded struct {
 // one is compared with.
 type Output struct {
 	Path   string // File.OutputPath(): relative to the working directory like File.Path
-	Src    []byte // its contents; nil when Exists is false
+	Src    []byte // its contents with LF line ends; nil when Exists is false
 	Exists bool   // the output file exists
+	CRLF   bool   // the file on disk has CRLF line ends (a Windows checkout)
 }
 
-// Fresh reports whether the output file exists and holds exactly src.
+// Fresh reports whether the output file exists and holds exactly src, line
+// ends aside: a CRLF checkout of the right contents is fresh.
 func (o *Output) Fresh(src []byte) bool {
 	return o.Exists && bytes.Equal(o.Src, src)
 }
@@ -63,7 +65,8 @@ func Load(path string, opts LoadOptions) (*Loaded, error) {
 		return nil, fmt.Errorf("decl: reading the current output: %w", err)
 	}
 	if err == nil {
-		out.Src, out.Exists = cur, true
+		out.Src, out.Exists = LF(cur), true
+		out.CRLF = len(out.Src) != len(cur)
 	}
 	if opts.ForgetHistory {
 		var herr error
@@ -93,7 +96,8 @@ func LoadBytes(path string, src, output []byte) (*Loaded, error) {
 	if f == nil {
 		return nil, perr
 	}
-	out := Output{Path: f.OutputPath(), Src: output, Exists: output != nil}
+	out := Output{Path: f.OutputPath(), Src: LF(output), Exists: output != nil}
+	out.CRLF = len(out.Src) != len(output)
 	var hist History
 	var herr error
 	if out.Exists {

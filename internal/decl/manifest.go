@@ -63,7 +63,7 @@ func (e Emitted) ManifestLine() string {
 // line is not [GeneratedHeader]), so lockgen never overwrites a file it did
 // not write. path is used in the error position.
 func checkGenerated(path string, src []byte) error {
-	if bytes.HasPrefix(src, []byte(GeneratedHeader+"\n")) {
+	if bytes.HasPrefix(LF(src), []byte(GeneratedHeader+"\n")) {
 		return nil
 	}
 	return ErrorList{{File: path, Pos: Pos{Line: 1, Col: 1},
@@ -71,7 +71,8 @@ func checkGenerated(path string, src []byte) error {
 }
 
 // ReadManifest reads the manifest of a file that lockgen generated before.
-// path is used in error positions. A file without lockgen's header is
+// path is used in error positions. CRLF line ends (a Windows checkout with
+// core.autocrlf) read as LF. A file without lockgen's header is
 // refused, so lockgen never overwrites a file it did not write.
 func ReadManifest(path string, src []byte) (History, error) {
 	fail := func(line int, format string, args ...any) error {
@@ -80,6 +81,7 @@ func ReadManifest(path string, src []byte) (History, error) {
 	if err := checkGenerated(path, src); err != nil {
 		return nil, err
 	}
+	src = LF(src)
 	at := bytes.LastIndex(src, []byte("\n"+manifestMarker))
 	if at < 0 {
 		return nil, fail(1, "the lockgen manifest at the end of this file is missing, so renamed or removed locks cannot be detected; restore the file from version control, or run lockgen generate -forget-history to start a new history")
@@ -122,4 +124,14 @@ func ReadManifest(path string, src []byte) (History, error) {
 		hist[name] = e
 	}
 	return hist, nil
+}
+
+// LF returns src with every CRLF line end turned into LF: lockgen writes LF,
+// and a Windows checkout with core.autocrlf=true turns it into CRLF. It
+// returns src itself when there is no CR.
+func LF(src []byte) []byte {
+	if !bytes.Contains(src, []byte("\r\n")) {
+		return src
+	}
+	return bytes.ReplaceAll(src, []byte("\r\n"), []byte("\n"))
 }

@@ -40,3 +40,24 @@ func TestLockEmitted(t *testing.T) {
 	require.Equal(t, decl.Emitted{Name: "a.b", ID: 7}, f.Lookup("a.b").Emitted())
 	require.Equal(t, decl.Emitted{Name: "a.c", Params: []keyspace.ParamType{keyspace.UUID}}, f.Lookup("a.c").Emitted())
 }
+
+// TestManifestReadsCRLF: a Windows checkout (core.autocrlf=true) of a
+// generated file has CRLF line ends; its header and manifest read the same.
+func TestManifestReadsCRLF(t *testing.T) {
+	lf := decl.GeneratedHeader + "\n\npackage locks\n\n" + decl.ManifestStart + "\n" +
+		"// lockgen:emitted billing.invoice params=int64\n" +
+		"// lockgen:emitted reports.daily_email id=-6078806957557529815\n"
+	want, err := decl.ReadManifest("locks_gen.go", []byte(lf))
+	require.NoError(t, err)
+	got, err := decl.ReadManifest("locks_gen.go", []byte(strings.ReplaceAll(lf, "\n", "\r\n")))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Len(t, got, 2)
+
+	loaded, err := decl.LoadBytes("locks.yaml", []byte("version: \"1\"\r\npackage: locks\r\nlocks:\r\n  - name: reports.daily_email\r\n"+
+		"  - name: billing.invoice\r\n    params:\r\n      - name: tenant_id\r\n        type: int64\r\n"),
+		[]byte(strings.ReplaceAll(lf, "\n", "\r\n")))
+	require.NoError(t, err)
+	require.True(t, loaded.Output.CRLF)
+	require.NotContains(t, string(loaded.Output.Src), "\r")
+}
