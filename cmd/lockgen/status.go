@@ -21,12 +21,17 @@ fill; the rows come from the view pgadvisory.status, which psql users can
 query directly.
 
 -json prints an array of objects with the fields lock_id (a decimal
-string), name, params, mode, state, granted, pid, application_name,
+string), int4_keys, name, params, mode, state, granted, pid, application_name,
 client_addr, xact_start, xact_age_seconds, backend_state, wait_event and
 blocked_by; unknown values are null.
 
 Advisory locks taken with two int4 keys (pg_advisory_lock(int, int), a key
-space lockgen does not use) are not listed; a note on stderr counts them.
+space lockgen does not use) are listed after the others as int4(KEY1,KEY2);
+in JSON their lock_id is null and int4_keys holds the two keys.
+
+On a database without lockgen's schema (no view pgadvisory.status), status
+still lists every advisory lock from pg_locks and pg_stat_activity, with raw
+keys, and a note on stderr says that names need the schema.
 
 pg_locks does not tell session-level from transaction-level holds. Seeing
 other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
@@ -45,7 +50,7 @@ other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
 			return c.fail(err)
 		}
 		defer done()
-		locks, err := status.Query(ctx, db, c.db.prefix)
+		snap, err := status.Read(ctx, db, c.db.prefix)
 		if err != nil {
 			return c.fail(err)
 		}
@@ -53,14 +58,12 @@ other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
 		if c.db.json {
 			write = status.WriteJSON
 		}
-		if err := write(c.stdout, locks); err != nil {
+		if err := write(c.stdout, snap.Locks); err != nil {
 			return c.fail(err)
 		}
-		if n, err := status.Int4KeyLocks(ctx, db); err != nil {
-			return c.fail(err)
-		} else if n > 0 {
-			fmt.Fprintf(c.stderr, "lockgen status: note: %d advisory lock(s) taken with two int4 keys (pg_advisory_lock(int, int)) are not listed; "+
-				"see SELECT * FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2\n", n)
+		if !snap.Named {
+			fmt.Fprintln(c.stderr, "lockgen status: note: this database has no lockgen schema (the view pgadvisory.status), so locks show raw keys from pg_locks: "+
+				"names need the schema and the registry (lockgen migrate up, then lockgen register)")
 		}
 		return exitOK
 	},

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/stretchr/testify/require"
@@ -80,7 +81,9 @@ func TestStatusCommandJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	byKey := map[string][]status.JSONLock{}
 	for _, r := range rows {
-		byKey[r.LockID] = append(byKey[r.LockID], r)
+		if r.LockID != nil {
+			byKey[*r.LockID] = append(byKey[*r.LockID], r)
+		}
 	}
 	plain := byKey[strconv.FormatInt(s.Plain.ID, 10)]
 	require.Len(t, plain, 2)
@@ -102,57 +105,114 @@ func TestStatusCommandJSON(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
 	require.Len(t, lines, len(rows)+1, table)
 	for i, r := range rows {
-		label := r.LockID
-		if r.Name != nil {
+		var label string
+		switch {
+		case r.Name != nil:
 			label = *r.Name
+		case r.LockID != nil:
+			label = *r.LockID
+		default:
+			label = "int4("
 		}
 		require.True(t, strings.HasPrefix(lines[i+1], label+" "), "row %d: %q, want %s", i, lines[i+1], label)
 	}
 }
 
-// TestStatusCommandNotesInt4Keys: locks taken with two int4 keys, which the
-// view does not list, are counted in a note on stderr; stdout stays the
-// table or JSON. Control: without such locks there is no note.
-func TestStatusCommandNotesInt4Keys(t *testing.T) {
+// TestStatusCommandListsInt4Keys: locks taken with two int4 keys, which the
+// view does not list, are listed too (the issue: show them, not only count
+// them), after the others, as int4(KEY1,KEY2); in JSON with int4_keys and
+// a null lock_id. Control: before they are taken, no such row.
+func TestStatusCommandListsInt4Keys(t *testing.T) {
 	ctx := t.Context()
 	db := testdb.DB(t)
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
 	u := testdb.URL(t)
-	code, _, errOut := lockgen("status", "-db", u)
+	key := testdb.Key(t)
+	k1, k2 := int32(key>>32), int32(key)
+	row := regexp.MustCompile(`(?m)^int4\(` + strconv.Itoa(int(k1)) + `,` + strconv.Itoa(int(k2)) + `\) +- +exclusive +granted +(\d+) `)
+	code, out, errOut := lockgen("status", "-db", u)
 	require.Equal(t, exitOK, code, errOut)
-	require.Empty(t, errOut, "control: no two-int4-key locks, no note")
+	require.NotRegexp(t, row, out, "control: not taken yet")
 
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock(7, 8)")
-	require.NoError(t, err)
-	for _, args := range [][]string{{"status", "-db", u}, {"status", "-db", u, "-json"}} {
-		code, out, errOut := lockgen(args...)
-		require.Equal(t, exitOK, code, errOut)
-		require.Equal(t, "lockgen status: note: 1 advisory lock(s) taken with two int4 keys (pg_advisory_lock(int, int)) are not listed; "+
-			"see SELECT * FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2\n", errOut)
-		require.NotContains(t, out, "note:")
+	var pid int
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock($1::int4, $2::int4)) AS l", k1, k2).Scan(&pid))
+
+	code, out, errOut = lockgen("status", "-db", u)
+	require.Equal(t, exitOK, code, errOut)
+	require.Empty(t, errOut)
+	m := row.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	require.Equal(t, strconv.Itoa(pid), m[1])
+
+	code, out, errOut = lockgen("status", "-db", u, "-json")
+	require.Equal(t, exitOK, code, errOut)
+	var rows []status.JSONLock
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	var found int
+	for _, r := range rows {
+		if len(r.Int4Keys) == 2 && r.Int4Keys[0] == k1 && r.Int4Keys[1] == k2 {
+			found++
+			require.Nil(t, r.LockID)
+			require.Nil(t, r.Name)
+			require.Equal(t, pid, *r.PID)
+		}
 	}
+	require.Equal(t, 1, found, out)
 }
 
-// TestStatusCommandWithoutMigrations: a database without lockgen's schema
-// fails with what to do.
+// TestStatusCommandWithoutMigrations: in an incident the schema may be
+// missing; status still lists the advisory locks from pg_locks (raw keys,
+// pids, ages, waits, both key spaces), and a note says names need the
+// schema. register still needs it.
 func TestStatusCommandWithoutMigrations(t *testing.T) {
-	admin := testdb.DB(t)
-	name := "lockgen_cmd_nomig_" + strconv.FormatInt(testdb.Key(t)&0xffffff, 16)
-	_, err := admin.Exec(`CREATE DATABASE ` + name)
+	ctx := t.Context()
+	_, u := testdb.EmptyDatabase(t)
+	holder, waiter := openTestDB(t, u), openTestDB(t, u)
+	key := testdb.Key(t)
+	hc, err := holder.Conn(ctx)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) })
-	parsed, err := url.Parse(testdb.URL(t))
+	defer hc.Close()
+	var holderPID, waiterPID int
+	require.NoError(t, hc.QueryRowContext(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock($1::bigint), pg_advisory_lock(7, 8)) AS l", key).Scan(&holderPID))
+	wc, err := waiter.Conn(ctx)
 	require.NoError(t, err)
-	parsed.Path = "/" + name
+	defer wc.Close()
+	require.NoError(t, wc.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID))
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		_, _ = wc.ExecContext(waitCtx, "SELECT pg_advisory_lock($1::bigint)", key)
+	}()
+	defer func() { // before the connections close: the waiter must not wait for ever
+		stopWaiting()
+		<-waited
+		_, _ = hc.ExecContext(context.Background(), "SELECT pg_advisory_unlock_all()")
+	}()
+	require.Eventually(t, func() bool {
+		code, out, _ := lockgen("status", "-db", u)
+		return code == exitOK && strings.Contains(out, " waiting ")
+	}, 10*time.Second, 20*time.Millisecond)
 
-	code, out, errOut := lockgen("status", "-db", parsed.String())
-	require.Equal(t, exitFail, code)
-	require.Empty(t, out)
-	require.Contains(t, errOut, "lockgen: status: the view pgadvisory.status is missing: run pgadvisory.Migrate or goose up first")
-	code, _, errOut = lockgen("register", "-f", "../../internal/testkit/generatedlocks/locks.yaml", "-db", parsed.String())
+	code, out, errOut := lockgen("status", "-db", u)
+	require.Equal(t, exitOK, code, errOut)
+	k := strconv.FormatInt(key, 10)
+	require.Regexp(t, `(?m)^`+k+` +- +exclusive +granted +`+strconv.Itoa(holderPID)+` +\S+ +\S+ +- +idle +-$`, out)
+	require.Regexp(t, `(?m)^`+k+` +- +exclusive +waiting +`+strconv.Itoa(waiterPID)+` +\S+ +\S+ +\S+ +active +`+strconv.Itoa(holderPID)+`$`, out)
+	require.Regexp(t, `(?m)^int4\(7,8\) +- +exclusive +granted +`+strconv.Itoa(holderPID)+` `, out)
+	require.Equal(t, "lockgen status: note: this database has no lockgen schema (the view pgadvisory.status), so locks show raw keys from pg_locks: "+
+		"names need the schema and the registry (lockgen migrate up, then lockgen register)\n", errOut)
+
+	// A name prefix cannot match without names: nothing, and the note.
+	code, out, errOut = lockgen("status", "-db", u, "-name", "reports.")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, status.Empty+"\n", out)
+	require.Contains(t, errOut, "names need the schema")
+
+	code, _, errOut = lockgen("register", "-f", "../../internal/testkit/generatedlocks/locks.yaml", "-db", u)
 	require.Equal(t, exitFail, code)
 	require.Contains(t, errOut, "the lock registry is missing: run pgadvisory.Migrate or goose up first")
 }

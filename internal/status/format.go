@@ -102,13 +102,15 @@ func FormatAge(d time.Duration) string {
 
 // JSONLock is the stable JSON form of a [Lock], as lockgen status -json
 // prints it. lock_id is a decimal string because int64 IDs do not fit a
-// JSON number's exact range in most tools; fields that are unknown are null.
+// JSON number's exact range in most tools; a lock taken with two int4 keys
+// has int4_keys instead; fields that are unknown are null.
 type JSONLock struct {
-	LockID          string            `json:"lock_id"`
-	Name            *string           `json:"name"`   // null: not registered
-	Params          map[string]string `json:"params"` // null for plain and unregistered locks
-	Mode            string            `json:"mode"`   // "exclusive" or "shared"
-	State           string            `json:"state"`  // "granted" or "waiting"
+	LockID          *string           `json:"lock_id"`   // null for a lock taken with two int4 keys
+	Int4Keys        []int32           `json:"int4_keys"` // the two int4 keys; null for a bigint key
+	Name            *string           `json:"name"`      // null: not registered
+	Params          map[string]string `json:"params"`    // null for plain and unregistered locks
+	Mode            string            `json:"mode"`      // "exclusive" or "shared"
+	State           string            `json:"state"`     // "granted" or "waiting"
 	Granted         bool              `json:"granted"`
 	PID             *int              `json:"pid"`
 	ApplicationName *string           `json:"application_name"`
@@ -129,7 +131,6 @@ func ToJSON(l Lock) JSONLock {
 		return &s
 	}
 	j := JSONLock{
-		LockID:          strconv.FormatInt(l.LockID, 10),
 		Name:            str(l.Name),
 		Mode:            l.Mode,
 		State:           stateText(l.Granted),
@@ -139,6 +140,12 @@ func ToJSON(l Lock) JSONLock {
 		BackendState:    str(l.State),
 		WaitEvent:       str(l.WaitEvent),
 		BlockedBy:       l.BlockedBy,
+	}
+	if l.Int4 {
+		j.Int4Keys = []int32{l.Key1, l.Key2}
+	} else {
+		id := strconv.FormatInt(l.LockID, 10)
+		j.LockID = &id
 	}
 	if j.BlockedBy == nil {
 		j.BlockedBy = []int{}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,7 +22,14 @@ import (
 // Lock is one row of pgadvisory.status: one backend holding or awaiting one
 // advisory lock (bigint key) in one mode.
 type Lock struct {
+	// LockID is the bigint key; zero for a lock taken with two int4 keys
+	// (Int4).
 	LockID int64
+	// Int4 reports a lock taken with two int4 keys (pg_advisory_lock(int,
+	// int)), a key space of its own that lockgen does not use: Key1 and
+	// Key2 hold the keys, and there is no LockID and no name.
+	Int4       bool
+	Key1, Key2 int32
 	// Name is the registered name of LockID; "" when the ID is not in
 	// pgadvisory.registry (an unregistered instance of a parameterized lock,
 	// or a key lockgen did not declare).
@@ -56,8 +64,11 @@ func (l Lock) Waiting() bool { return !l.Granted }
 // registered. Names never start with a digit or '-', so the two cannot be
 // confused.
 func (l Lock) Label() string {
-	if l.Name != "" {
+	switch {
+	case l.Name != "":
 		return l.Name
+	case l.Int4:
+		return fmt.Sprintf("int4(%d,%d)", l.Key1, l.Key2)
 	}
 	return strconv.FormatInt(l.LockID, 10)
 }
@@ -89,6 +100,129 @@ func Int4KeyLocks(ctx context.Context, db *sql.DB) (int, error) {
 	return n, nil
 }
 
+// rawSQL reads the advisory locks of this database from pg_locks and
+// pg_stat_activity directly, in both key spaces (objsubid 1: one bigint
+// key; 2: two int4 keys), for a database without lockgen's schema and for
+// the two-int4-key locks that the view does not list. classid and objid
+// are oids (unsigned): the keys are rebuilt in Go.
+const rawSQL = `SELECT l.objsubid, l.classid::bigint, l.objid::bigint, l.mode, l.granted, l.pid,
+       a.application_name, pg_catalog.host(a.client_addr), a.xact_start,
+       pg_catalog.date_part('epoch', pg_catalog.now() - a.xact_start), a.state, a.wait_event,
+       pg_catalog.array_to_string(pg_catalog.pg_blocking_pids(l.pid), ',')
+FROM pg_catalog.pg_locks AS l
+LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = ANY($1::int[])
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())`
+
+// Snapshot is what [Read] found.
+type Snapshot struct {
+	Locks []Lock
+	// Named is false when the database has no view pgadvisory.status
+	// (lockgen's schema is missing): the locks then come from pg_locks
+	// with raw keys, and no name or parameters.
+	Named bool
+}
+
+// Read returns every advisory lock held and awaited in db's database,
+// sorted by [Sort]: the view's rows (names from the registry) and the
+// locks taken with two int4 keys, which the view does not list. On a
+// database without lockgen's schema it still lists them all from pg_locks
+// and pg_stat_activity, with raw keys (Named false): in an incident the
+// schema may be missing. prefix keeps the names that start with it (""
+// keeps everything; any other prefix drops unnamed locks).
+func Read(ctx context.Context, db *sql.DB, prefix string) (Snapshot, error) {
+	named, err := Query(ctx, db, prefix)
+	switch {
+	case err == nil:
+		if prefix != "" {
+			return Snapshot{Locks: named, Named: true}, nil
+		}
+		int4, err := readRaw(ctx, db, 2)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		locks := append(named, int4...)
+		Sort(locks)
+		return Snapshot{Locks: locks, Named: true}, nil
+	case !errors.Is(err, errNoView):
+		return Snapshot{}, err
+	}
+	if prefix != "" {
+		return Snapshot{}, nil
+	}
+	locks, err := readRaw(ctx, db, 1, 2)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	Sort(locks)
+	return Snapshot{Locks: locks}, nil
+}
+
+// readRaw reads the advisory locks of the key spaces given by objsubid.
+func readRaw(ctx context.Context, db *sql.DB, objsubids ...int) ([]Lock, error) {
+	rows, err := db.QueryContext(ctx, rawSQL, objsubids)
+	if err != nil {
+		return nil, fmt.Errorf("status: reading pg_locks: %w", err)
+	}
+	defer rows.Close()
+	var locks []Lock
+	for rows.Next() {
+		var (
+			l                                  Lock
+			subid                              int
+			classid, objid                     int64
+			app, client, state, waitEvent, bby sql.NullString
+			pid                                sql.NullInt64
+			start                              sql.NullTime
+			age                                sql.NullFloat64
+		)
+		if err := rows.Scan(&subid, &classid, &objid, &l.Mode, &l.Granted, &pid, &app, &client, &start, &age, &state, &waitEvent, &bby); err != nil {
+			return nil, fmt.Errorf("status: reading pg_locks: %w", err)
+		}
+		if subid == 2 {
+			l.Int4, l.Key1, l.Key2 = true, int32(uint32(classid)), int32(uint32(objid))
+		} else {
+			l.LockID = int64(uint64(classid)<<32 | uint64(uint32(objid)))
+		}
+		l.AppName, l.ClientAddr, l.State, l.WaitEvent = app.String, client.String, state.String, waitEvent.String
+		l.PID = int(pid.Int64)
+		if start.Valid {
+			l.XactStart = start.Time
+		}
+		if age.Valid {
+			l.XactAge = time.Duration(age.Float64 * float64(time.Second))
+		}
+		l.Mode = modeName(l.Mode)
+		if l.BlockedBy, err = parsePIDs(bby.String); err != nil {
+			return nil, fmt.Errorf("status: lock %s: %w", l.Label(), err)
+		}
+		locks = append(locks, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("status: reading pg_locks: %w", err)
+	}
+	return locks, nil
+}
+
+// parsePIDs reads pg_blocking_pids as array_to_string gives it.
+func parsePIDs(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		pid, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, fmt.Errorf("blocked_by %q: %w", s, err)
+		}
+		out = append(out, pid)
+	}
+	return out, nil
+}
+
+// errNoView marks Query's error for a database without the view.
+var errNoView = errors.New("the view pgadvisory.status is missing: run pgadvisory.Migrate or goose up first")
+
 // Query returns the advisory locks held and awaited in db's database whose
 // names start with prefix ("" for all, including unregistered keys), sorted
 // by [Sort]. The view is created by the migrations; without it the error
@@ -98,7 +232,7 @@ func Query(ctx context.Context, db *sql.DB, prefix string) ([]Lock, error) {
 	if err != nil {
 		switch pgadvisory.SQLState(err) {
 		case "42P01", "3F000": // undefined table, schema
-			return nil, fmt.Errorf("status: the view pgadvisory.status is missing: run pgadvisory.Migrate or goose up first: %w", err)
+			return nil, fmt.Errorf("status: %w: %w", errNoView, err)
 		}
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -145,14 +279,8 @@ func scan(rows *sql.Rows) (Lock, error) {
 	if l.Params, err = decodeParams(params.String, declared.String); err != nil {
 		return l, fmt.Errorf("lock %d: %w", l.LockID, err)
 	}
-	if blockers.String != "" {
-		for _, s := range strings.Split(blockers.String, ",") {
-			pid, err := strconv.Atoi(s)
-			if err != nil {
-				return l, fmt.Errorf("lock %d: blocked_by %q: %w", l.LockID, blockers.String, err)
-			}
-			l.BlockedBy = append(l.BlockedBy, pid)
-		}
+	if l.BlockedBy, err = parsePIDs(blockers.String); err != nil {
+		return l, fmt.Errorf("lock %d: %w", l.LockID, err)
 	}
 	return l, nil
 }
@@ -200,20 +328,32 @@ func decodeParams(params, declared string) ([]Param, error) {
 }
 
 // Sort orders locks for reading: registered names first, by name, then
-// unregistered keys; within one lock ID the holders before the waiters, each
-// by pid.
+// unregistered keys, then locks taken with two int4 keys; within one lock
+// the holders before the waiters, each by pid.
 func Sort(locks []Lock) {
+	rank := func(l Lock) int {
+		switch {
+		case l.Name != "":
+			return 0
+		case !l.Int4:
+			return 1
+		}
+		return 2
+	}
 	slices.SortStableFunc(locks, func(a, b Lock) int {
-		if (a.Name == "") != (b.Name == "") {
-			if a.Name == "" {
-				return 1
-			}
-			return -1
+		if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+			return c
 		}
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
 		if c := cmp.Compare(a.LockID, b.LockID); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Key1, b.Key1); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Key2, b.Key2); c != 0 {
 			return c
 		}
 		if a.Granted != b.Granted {

@@ -258,7 +258,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	require.ElementsMatch(t, []string{"lock_id", "name", "params", "mode", "state", "granted", "pid",
-		"application_name", "client_addr", "xact_start", "xact_age_seconds", "backend_state", "wait_event", "blocked_by"}, keys)
+		"application_name", "client_addr", "xact_start", "xact_age_seconds", "backend_state", "wait_event", "blocked_by", "int4_keys"}, keys)
 	require.Equal(t, strconv.FormatInt(s.InstanceID, 10), generic[0]["lock_id"])
 	require.Equal(t, map[string]any{"tenant_id": keyspace.Int64Param(s.Tenant)}, generic[0]["params"])
 	require.Nil(t, generic[0]["xact_start"])
@@ -354,4 +354,42 @@ func TestInt4KeyLocksCounted(t *testing.T) {
 	n, err = status.Int4KeyLocks(ctx, db)
 	require.NoError(t, err)
 	require.Equal(t, before, n)
+}
+
+// TestReadWithoutSchema: without lockgen's schema Read lists every advisory
+// lock from pg_locks, bigint and two-int4 keys, unnamed (Named false); a
+// name prefix matches nothing. Control: Query alone fails there.
+func TestReadWithoutSchema(t *testing.T) {
+	ctx := t.Context()
+	_, u := testdb.EmptyDatabase(t)
+	db, err := sql.Open("pgx", u)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = status.Query(ctx, db, "")
+	require.ErrorContains(t, err, "the view pgadvisory.status is missing")
+
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	key := testdb.Key(t)
+	var pid int
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock($1::bigint), pg_advisory_lock_shared(-1, 2)) AS l", key).Scan(&pid))
+	defer conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock_all()")
+
+	snap, err := status.Read(ctx, db, "")
+	require.NoError(t, err)
+	require.False(t, snap.Named)
+	require.Len(t, snap.Locks, 2)
+	require.Equal(t, key, snap.Locks[0].LockID)
+	require.Equal(t, pid, snap.Locks[0].PID)
+	require.Equal(t, "exclusive", snap.Locks[0].Mode)
+	require.True(t, snap.Locks[1].Int4)
+	require.Equal(t, [2]int32{-1, 2}, [2]int32{snap.Locks[1].Key1, snap.Locks[1].Key2})
+	require.Equal(t, "shared", snap.Locks[1].Mode)
+	require.Equal(t, "int4(-1,2)", snap.Locks[1].Label())
+
+	snap, err = status.Read(ctx, db, "reports.")
+	require.NoError(t, err)
+	require.False(t, snap.Named)
+	require.Empty(t, snap.Locks)
 }
