@@ -47,10 +47,10 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 	}
 	defer admin.Close()
 	if err := admin.PingContext(ctx); err != nil {
-		return fmt.Errorf("dailyreport: cannot reach PostgreSQL: %w", err)
+		return fmt.Errorf("dailyreport: cannot reach PostgreSQL: %w%s", err, setupHint(url, err))
 	}
 	if err := pgadvisory.Migrate(ctx, admin); err != nil {
-		return fmt.Errorf("dailyreport: %w", err)
+		return fmt.Errorf("dailyreport: %w%s", err, setupHint(url, err))
 	}
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
