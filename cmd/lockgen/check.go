@@ -15,9 +15,9 @@ var checkCmd = &command{
 Check generates in memory and compares with the file on disk. When the file
 is stale or missing it prints a unified diff (the changes generate would
 make) and exits with status 1; when it is up to date it exits with 0. Run it
-in CI, e.g.:
+in CI, from your module's root (lockgen installed with go get -tool), e.g.:
 
-	go run github.com/lockgen/lockgen/cmd/lockgen check -f examples/locks/locks.yaml
+	go tool lockgen check -f internal/locks/locks.yaml
 `,
 	flags: fileFlag,
 	run: func(c *cli, fs *flag.FlagSet) int {

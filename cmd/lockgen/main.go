@@ -23,7 +23,7 @@
 // and apply lockgen's schema, or print its SQL for your own migration tool:
 //
 //	go tool lockgen migrate up -db "$DATABASE_URL"
-//	go tool lockgen migrate sql > migrations/00042_lockgen.sql
+//	go tool lockgen migrate sql > db/migrations/V100__lockgen.sql
 //
 // Run "lockgen -h" for the commands.
 package main
