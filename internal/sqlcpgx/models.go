@@ -38,11 +38,13 @@ type PgadvisoryRegistryDeclaration struct {
 
 // lockgen run-once ledger: one row per successful run of a lock in a window (e.g. a day). The row is written in the lock transaction, so it commits with the run's work; the primary key makes a second successful run of the same lock and window impossible.
 type PgadvisoryRunOnce struct {
-	LockID     int64
-	WindowKey  string
-	Token      pgtype.Int8
-	Holder     string
-	StartedAt  pgtype.Timestamptz
+	LockID    int64
+	WindowKey string
+	Token     pgtype.Int8
+	Holder    string
+	// when the window was claimed: right after the lock was granted, before fn ran
+	StartedAt pgtype.Timestamptz
+	// when the run committed (set by the deferred trigger run_once_finish)
 	FinishedAt pgtype.Timestamptz
 }
 

@@ -7,56 +7,38 @@ package sqlcstd
 
 import (
 	"context"
-	"database/sql"
-	"time"
 )
 
-const recordRun = `-- name: RecordRun :exec
+const claimRun = `-- name: ClaimRun :one
 INSERT INTO pgadvisory.run_once (lock_id, window_key, token, holder, started_at, finished_at)
-VALUES ($1::bigint, $2::text, $3::bigint,
-        $4::text, $5::timestamptz, clock_timestamp())
+SELECT $1::bigint, $2::text,
+       NULLIF(current_setting('pgadvisory.fencing_token', true), '')::bigint,
+       $3::text, clock_timestamp(), clock_timestamp()
+WHERE current_setting('pgadvisory.granted', true) = 'on'
+ON CONFLICT (lock_id, window_key) DO NOTHING
+RETURNING true AS claimed
 `
 
-type RecordRunParams struct {
+type ClaimRunParams struct {
 	LockID    int64
 	WindowKey string
-	Token     sql.NullInt64
 	Holder    string
-	StartedAt time.Time
 }
 
-// Records a successful run in the lock transaction, so it commits with the
-// run's own writes (and a failed run leaves no row). The primary key
-// (lock_id, window_key) makes a second success impossible.
-func (q *Queries) RecordRun(ctx context.Context, db DBTX, arg RecordRunParams) error {
-	_, err := db.ExecContext(ctx, recordRun,
-		arg.LockID,
-		arg.WindowKey,
-		arg.Token,
-		arg.Holder,
-		arg.StartedAt,
-	)
-	return err
-}
-
-const runOnceDone = `-- name: RunOnceDone :one
-SELECT EXISTS (
-  SELECT 1 FROM pgadvisory.run_once
-  WHERE lock_id = $1::bigint AND window_key = $2::text
-)
-`
-
-type RunOnceDoneParams struct {
-	LockID    int64
-	WindowKey string
-}
-
-// Whether a successful run of lock_id in window_key is recorded. Runs in the
-// lock transaction after the lock statement, so (at READ COMMITTED) it sees
-// every run committed before the lock was granted.
-func (q *Queries) RunOnceDone(ctx context.Context, db DBTX, arg RunOnceDoneParams) (bool, error) {
-	row := db.QueryRowContext(ctx, runOnceDone, arg.LockID, arg.WindowKey)
-	var exists bool
-	err := row.Scan(&exists)
-	return exists, err
+// Claims the run of lock_id in window_key in the lock transaction, before fn
+// runs: the row commits with fn's work or not at all, so a window's work
+// never runs twice, even when fn ends the transaction itself, and the
+// primary key (lock_id, window_key) makes a second run impossible even for
+// code that bypasses lockgen. No row comes back when the window already has
+// a run (committed before the lock was granted: at READ COMMITTED the
+// statement sees it), or when the lock statement did not grant the call's
+// locks (pgadvisory.granted is not 'on'): a claim pipelined behind a lock
+// that was not granted writes nothing and waits for nobody. token is the
+// call's fencing token, if any (pgadvisory.fencing_token); finished_at is
+// set at COMMIT by the trigger run_once_finish.
+func (q *Queries) ClaimRun(ctx context.Context, db DBTX, arg ClaimRunParams) (bool, error) {
+	row := db.QueryRowContext(ctx, claimRun, arg.LockID, arg.WindowKey, arg.Holder)
+	var claimed bool
+	err := row.Scan(&claimed)
+	return claimed, err
 }
