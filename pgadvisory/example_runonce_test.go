@@ -66,12 +66,16 @@ func ExampleRunOncePgx() {
 			_, err := tx.Exec(ctx, "SELECT 1") // writes here commit with the ledger row
 			return err
 		})
+		if errors.Is(err, pgadvisory.ErrAlreadyDone) {
+			fmt.Printf("try %d: already done\n", try)
+			continue
+		}
 		fmt.Printf("try %d: %v\n", try, err)
 	}
 	// Output:
 	// try 1: mail server unavailable
 	// try 2: <nil>
-	// try 3: pgadvisory: already done for this window
+	// try 3: already done
 }
 
 func ExampleLock_RunOnce() {
@@ -85,18 +89,18 @@ func ExampleLock_RunOnce() {
 	err := report.RunOnce(ctx, db, window, func(tx *sql.Tx) error {
 		// A replica that fires while this one runs is locked out...
 		err := report.RunOnce(ctx, db, window, func(*sql.Tx) error { return nil })
-		fmt.Println("concurrent replica:", err)
+		fmt.Println("concurrent replica locked out:", errors.Is(err, pgadvisory.ErrLocked))
 		return nil
 	})
 	fmt.Println("first replica:", err)
 
 	// ...and one that fires afterwards finds the window done.
 	err = report.RunOnce(ctx, db, window, func(*sql.Tx) error { return nil })
-	fmt.Println("late replica:", err)
+	fmt.Println("late replica already done:", errors.Is(err, pgadvisory.ErrAlreadyDone))
 	// Output:
-	// concurrent replica: pgadvisory: lock is held by another session
+	// concurrent replica locked out: true
 	// first replica: <nil>
-	// late replica: pgadvisory: already done for this window
+	// late replica already done: true
 }
 
 func ExampleLock_RunOncePgx() {
@@ -174,15 +178,16 @@ func ExampleHourlyWindow() {
 		log.Fatal(err)
 	}
 	// Berlin's clocks go back from 03:00 to 02:00 on 2026-10-25: two
-	// different hours read 02:xx there and share one window.
+	// different hours read 02:xx there. The second one's window carries its
+	// UTC offset, so each hour has a window of its own.
 	first := time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC)
 	second := first.Add(time.Hour)
 	fmt.Println(pgadvisory.HourlyWindow(first, berlin), pgadvisory.HourlyWindow(second, berlin))
 
-	// For hourly jobs UTC (nil) gives every hour its own window.
+	// In UTC (nil) no hour repeats.
 	fmt.Println(pgadvisory.HourlyWindow(first, nil), pgadvisory.HourlyWindow(second, nil))
 	// Output:
-	// 2026-10-25T02 2026-10-25T02
+	// 2026-10-25T02 2026-10-25T02+01:00
 	// 2026-10-25T00 2026-10-25T01
 }
 
