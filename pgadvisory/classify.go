@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -19,6 +20,9 @@ import (
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if isConnectFailure(err) {
+		return ErrConnect
 	}
 	switch code := SQLState(err); {
 	case code == "55P03":
@@ -60,18 +64,35 @@ func isConnFailure(err error) bool {
 		return true
 	}
 	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
+	return errors.As(err, &netErr)
+}
+
+// isConnectFailure reports a failure to open a connection: nothing was sent
+// on a connection of the call and no lock was taken. pgx reports it as a
+// *pgconn.ConnectError, through its pool and its database/sql driver alike.
+func isConnectFailure(err error) bool {
 	var connectErr *pgconn.ConnectError
 	return errors.As(err, &connectErr)
+}
+
+// connectDetail is what a connect failure adds to its cause: the database
+// missing (SQLSTATE 3D000) gets a sentence of its own.
+func connectDetail(err error) error {
+	if SQLState(err) == "3D000" {
+		return fmt.Errorf("the database does not exist (SQLSTATE 3D000): %w", err)
+	}
+	return err
 }
 
 // failure is the error of a step that failed on a driver error or a done
 // ctx (not fn's own error), reported to the observer. Its kind is what
 // classify makes of err, and it wraps ctx.Err() when ctx is done.
 func (c *config) failure(ctx context.Context, op string, err error) error {
-	return c.refusal(ctx, op, classify(err), err)
+	kind := classify(err)
+	if kind == ErrConnect {
+		return c.refusal(ctx, "connect", kind, connectDetail(err))
+	}
+	return c.refusal(ctx, op, kind, err)
 }
 
 // refusal is the error of a step that failed with a known kind (such as
@@ -94,13 +115,20 @@ func (c *config) invalidAs(op string, kind, err error) error {
 }
 
 // fnFailure is the error for fn's error (or a context canceled during fn):
-// fn's error itself when it has no special meaning, else an *Error whose
-// kind says what happened (deadlock, connection lost, …) and which still
-// unwraps to fn's error.
+// fn's error itself when it has no special meaning, else an *Error with Op
+// "fn" whose kind says what happened (deadlock, connection lost, …) and
+// which still unwraps to fn's error. An error matching ErrLocked or
+// ErrAlreadyDone (a nested call's) is wrapped too, with no kind of its own:
+// errors.Is still finds it, and Op "fn" says that fn ran, unlike the
+// call's own ErrLocked (Op "lock") or ErrAlreadyDone (Op "run-once").
 func (c *config) fnFailure(ctx context.Context, fnErr error) error {
 	kind := classify(fnErr)
-	if kind == nil && ctx.Err() == nil {
+	if kind == nil && ctx.Err() == nil && !errors.Is(fnErr, ErrLocked) && !errors.Is(fnErr, ErrAlreadyDone) {
 		return fnErr
+	}
+	if kind == ErrConnect {
+		// A connection fn opened: the lock transaction's own is fine.
+		kind = nil
 	}
 	if fnErr == nil {
 		fnErr = errors.New("fn returned after its context was done; rolled back")
@@ -108,17 +136,63 @@ func (c *config) fnFailure(ctx context.Context, fnErr error) error {
 	return &Error{Op: "fn", LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: kind, Err: withContext(ctx, fnErr)}
 }
 
-// commitFailure is the error for a failed COMMIT. A connection lost during
-// COMMIT leaves the outcome unknown; a server error means it did not commit.
-// So does 25P03: the server raises it only while idle in the transaction,
-// waiting for the next command, so it ended the session before reading
-// COMMIT (the answer was queued before COMMIT was sent).
-func (c *config) commitFailure(ctx context.Context, err error) error {
-	kind := classify(err)
-	if kind == ErrConnLost && SQLState(err) != "25P03" {
-		kind = ErrCommitUnknown
+// txEnded is the error of a call whose fn ended the lock transaction
+// itself; fnErr is what fn returned, if anything.
+func (c *config) txEnded(ctx context.Context, fnErr error) error {
+	return &Error{Op: "fn", LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: ErrTxEnded, Err: withContext(ctx, fnErr)}
+}
+
+// commitFailure is the error for a failed COMMIT. What it says follows
+// from whether COMMIT was sent (see commitOutcome) and what answered it.
+func (c *config) commitFailure(ctx context.Context, err error, sent bool) error {
+	var kind error
+	switch {
+	case !sent && ctx.Err() != nil:
+		// ctx ended before COMMIT left: the transaction was rolled back.
+		err = fmt.Errorf("COMMIT was not sent, nothing was committed: %w", err)
+	case !sent:
+		kind = ErrConnLost
+	default:
+		kind = commitAnswer(err)
 	}
 	return &Error{Op: "commit", LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+}
+
+// commitAnswer is the kind of a COMMIT that was sent and failed with err.
+//
+// Only a definite answer says that nothing committed: an ERROR from the
+// server (a deferred constraint, a serialization failure: the transaction
+// was rolled back; its kind is classify's), or COMMIT answered by ROLLBACK
+// (the transaction had failed earlier). Anything else leaves the outcome
+// unknown: a broken connection, ctx ending while COMMIT was in flight, or
+// a FATAL error such as 57P01, which the server sends when it ends the
+// session whether or not it had begun to run COMMIT (a backend killed while
+// idle and one killed while a deferred trigger runs inside COMMIT answer
+// alike). The one exception is 25P03: the server raises it only while idle
+// in the transaction, waiting for the next command, so it ended the
+// session before it read COMMIT.
+func commitAnswer(err error) error {
+	code := SQLState(err)
+	switch {
+	case code == "25P03":
+		return ErrConnLost
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return nil
+	case code != "" && !fatal(err):
+		return classify(err)
+	}
+	return ErrCommitUnknown
+}
+
+// fatal reports a server error that ended the session (severity FATAL or
+// PANIC), or, for drivers that give no severity, one of the codes that
+// mean so (class 08, 57P01–57P03).
+func fatal(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	}
+	return classify(err) == ErrConnLost
 }
 
 // withContext makes err wrap ctx's error when ctx is done.

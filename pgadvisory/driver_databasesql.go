@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,9 +17,13 @@ type databaseSQLTx struct {
 	tx *sql.Tx
 }
 
-func (d *databaseSQLTx) begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error) {
+func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool, st lockStatement, _ *runClaim) (lockResult, error) {
 	var res lockResult
-	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: readOnly})
+	// The transaction keeps the context it began with for COMMIT: txc,
+	// linked to ctx while BEGIN runs.
+	stop := txc.link(ctx)
+	tx, err := d.db.BeginTx(txc.or(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: readOnly})
+	stop()
 	if err != nil {
 		return res, err
 	}
@@ -45,23 +50,20 @@ func (d *databaseSQLTx) publish(ctx context.Context, lockID, token int64, timeou
 	return n == 1, err
 }
 
-func (d *databaseSQLTx) runOnceDone(ctx context.Context, lockID int64, window string) (bool, error) {
-	return sqlcstd.New().RunOnceDone(ctx, d.tx, sqlcstd.RunOnceDoneParams{LockID: lockID, WindowKey: window})
+func (d *databaseSQLTx) claim(ctx context.Context, cl *runClaim) (bool, error) {
+	claimed, err := sqlcstd.New().ClaimRun(ctx, d.tx, sqlcstd.ClaimRunParams{LockID: cl.lockID, WindowKey: cl.window, Holder: cl.holder})
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return claimed, err
 }
 
-func (d *databaseSQLTx) recordRun(ctx context.Context, r runRecord) error {
-	return sqlcstd.New().RecordRun(ctx, d.tx, sqlcstd.RecordRunParams{
-		LockID:    r.lockID,
-		WindowKey: r.window,
-		Token:     sql.NullInt64{Int64: r.token, Valid: r.token != 0},
-		Holder:    r.holder,
-		StartedAt: r.startedAt,
-	})
-}
+// commit sends COMMIT under the context the transaction began with (see
+// begin); ended is always false: database/sql reports a transaction that
+// fn ended as sql.ErrTxDone.
+func (d *databaseSQLTx) commit(context.Context) (bool, error) { return false, d.tx.Commit() }
 
-func (d *databaseSQLTx) commit(context.Context) error { return d.tx.Commit() }
-
-func (d *databaseSQLTx) rollback(context.Context) error { return d.tx.Rollback() }
+func (d *databaseSQLTx) rollback(context.Context) (bool, error) { return false, d.tx.Rollback() }
 
 func (d *databaseSQLTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
 

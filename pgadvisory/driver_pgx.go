@@ -2,10 +2,11 @@ package pgadvisory
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgen/lockgen/internal/sqlcpgx"
@@ -17,7 +18,7 @@ type pgxTx struct {
 	tx   pgx.Tx
 }
 
-func (d *pgxTx) begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error) {
+func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockStatement, claim *runClaim) (lockResult, error) {
 	var res lockResult
 	var b pgx.Batch
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
@@ -25,6 +26,7 @@ func (d *pgxTx) begin(ctx context.Context, readOnly bool, st lockStatement) (loc
 		opts.AccessMode = pgx.ReadOnly
 	}
 	b.BeginTx(opts)
+	locked := false
 	if st.fenced {
 		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
 			var token *int64
@@ -32,22 +34,82 @@ func (d *pgxTx) begin(ctx context.Context, readOnly bool, st lockStatement) (loc
 			if token != nil {
 				res.token = *token
 			}
+			locked = err == nil
 			return err
 		})
 	} else {
-		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&res.granted, &res.standby) })
+		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&res.granted, &res.standby)
+			locked = err == nil
+			return err
+		})
+	}
+	if claim != nil {
+		// The claim writes only if the lock statement granted the locks
+		// (pgadvisory.granted), so a loser's claim costs nothing.
+		query, args := claimStatement(claim)
+		b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
+			res.claimSent = true
+			err := row.Scan(&res.claimed)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			res.claimErr = err
+			return err
+		})
 	}
 	br := d.pool.SendBatch(ctx, &b)
 	tx := br.Tx()
-	if err := br.Close(); err != nil {
+	err := br.Close()
+	if err != nil && !(locked && res.claimErr != nil) {
 		rctx, cancel := cleanupContext(ctx)
 		_ = tx.Rollback(rctx)
 		cancel()
 		return res, err
 	}
+	// Without error, or with only the claim failed: the protocol decides
+	// (a standby, a lock not granted, the claim's error) and rolls back.
 	d.tx = tx
 	return res, nil
 }
+
+// claimStatement is the claim's SQL and arguments, as sqlc generated them
+// (queries/runonce.sql), to be queued behind the lock statement.
+func claimStatement(cl *runClaim) (string, []any) {
+	var r statementRecorder
+	_, _ = sqlcpgx.New().ClaimRun(context.Background(), &r, sqlcpgx.ClaimRunParams{LockID: cl.lockID, WindowKey: cl.window, Holder: cl.holder})
+	return r.sql, r.args
+}
+
+// statementRecorder is a sqlcpgx.DBTX that records the statement a
+// generated query would run instead of running it.
+type statementRecorder struct {
+	sql  string
+	args []any
+}
+
+// errRecorded is what a recorded statement returns: it did not run.
+var errRecorded = errors.New("statement recorded, not run")
+
+func (r *statementRecorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.sql, r.args = sql, args
+	return pgconn.CommandTag{}, errRecorded
+}
+
+func (r *statementRecorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.sql, r.args = sql, args
+	return nil, errRecorded
+}
+
+func (r *statementRecorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	r.sql, r.args = sql, args
+	return recordedRow{}
+}
+
+// recordedRow is the row of a recorded statement.
+type recordedRow struct{}
+
+func (recordedRow) Scan(...any) error { return errRecorded }
 
 func (d *pgxTx) txKey() any { return d.tx }
 
@@ -56,23 +118,47 @@ func (d *pgxTx) publish(ctx context.Context, lockID, token int64, timeout string
 	return n == 1, err
 }
 
-func (d *pgxTx) runOnceDone(ctx context.Context, lockID int64, window string) (bool, error) {
-	return sqlcpgx.New().RunOnceDone(ctx, d.tx, sqlcpgx.RunOnceDoneParams{LockID: lockID, WindowKey: window})
+func (d *pgxTx) claim(ctx context.Context, cl *runClaim) (bool, error) {
+	claimed, err := sqlcpgx.New().ClaimRun(ctx, d.tx, sqlcpgx.ClaimRunParams{LockID: cl.lockID, WindowKey: cl.window, Holder: cl.holder})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return claimed, err
 }
 
-func (d *pgxTx) recordRun(ctx context.Context, r runRecord) error {
-	return sqlcpgx.New().RecordRun(ctx, d.tx, sqlcpgx.RecordRunParams{
-		LockID:    r.lockID,
-		WindowKey: r.window,
-		Token:     pgtype.Int8{Int64: r.token, Valid: r.token != 0},
-		Holder:    r.holder,
-		StartedAt: pgtype.Timestamptz{Time: r.startedAt, Valid: true},
-	})
+func (d *pgxTx) commit(ctx context.Context) (bool, error) {
+	if d.endedByFn() {
+		return true, nil
+	}
+	return false, d.tx.Commit(ctx)
 }
 
-func (d *pgxTx) commit(ctx context.Context) error { return d.tx.Commit(ctx) }
+func (d *pgxTx) rollback(ctx context.Context) (bool, error) {
+	if d.endedByFn() {
+		return true, nil
+	}
+	return false, d.tx.Rollback(ctx)
+}
 
-func (d *pgxTx) rollback(ctx context.Context) error { return d.tx.Rollback(ctx) }
+// endedByFn reports, without a round trip, that fn ended the transaction:
+// with tx.Commit or tx.Rollback (the Tx is closed, and its connection is
+// back in the pool), or with a COMMIT or ROLLBACK statement (the
+// connection is outside a transaction; the connection is then released
+// with a ROLLBACK the server answers with a warning). An empty batch is the
+// one call that asks the Tx whether it is closed without sending anything,
+// and the connection's status may be read only while it is still ours.
+func (d *pgxTx) endedByFn() bool {
+	if err := d.tx.SendBatch(context.Background(), &pgx.Batch{}).Close(); errors.Is(err, pgx.ErrTxClosed) {
+		return true
+	}
+	if d.tx.Conn().PgConn().TxStatus() == 'I' {
+		rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		_ = d.tx.Rollback(rctx)
+		cancel()
+		return true
+	}
+	return false
+}
 
 func (d *pgxTx) maxConns() int { return int(d.pool.Config().MaxConns) }
 

@@ -9,13 +9,16 @@ import (
 )
 
 // Sentinel errors. Every error this package returns for one of these outcomes
-// satisfies errors.Is(err, ErrX). [ErrLocked] and [ErrAlreadyDone] are
-// returned as is; the others are the Kind of an [*Error] that also carries
-// the driver's cause (errors.As finds a *pgconn.PgError through it).
+// satisfies errors.Is(err, ErrX): each is the Kind of an [*Error] that also
+// names the lock and carries the driver's cause (errors.As finds a
+// *pgconn.PgError through it). Compare with errors.Is, never with ==.
 var (
-	// ErrLocked reports that another session holds the lock; fn was not called.
-	// It is returned as is (not wrapped), so err == ErrLocked also works.
-	// Retry later, or treat the work as done elsewhere.
+	// ErrLocked reports that another session holds the lock; fn was not
+	// called. It comes as an [*Error] with Op "lock" that names the lock
+	// (name and ID), so test it with errors.Is(err, ErrLocked). When fn
+	// itself returned an error matching ErrLocked (a nested call found its
+	// lock held), the call's error is an *Error with Op "fn": fn ran and was
+	// rolled back. Retry later, or treat the work as done elsewhere.
 	ErrLocked = errors.New("pgadvisory: lock is held by another session")
 
 	// ErrLockTimeout reports that waiting for the lock (see [WithWait]) hit the
@@ -40,13 +43,36 @@ var (
 	// already released the lock; when the client noticed first (a half-open
 	// link), the server releases it once it notices too (see
 	// tcp_keepalives_* and client_connection_check_interval). The pool
-	// discards the broken connection.
+	// discards the broken connection. Retry.
 	ErrConnLost = errors.New("pgadvisory: connection lost or backend terminated; nothing was committed and the server releases the lock")
 
-	// ErrCommitUnknown reports that the connection broke while COMMIT was in
-	// flight: the transaction may or may not have committed. Check the data
-	// before redoing non-idempotent work.
-	ErrCommitUnknown = errors.New("pgadvisory: connection lost during COMMIT; the outcome is unknown")
+	// ErrConnect reports that no connection could be opened (Op "connect"):
+	// the server refused or could not be reached, is starting up or shutting
+	// down, the database does not exist (SQLSTATE 3D000) or authentication
+	// failed (class 28). No connection and no lock was ever there, and fn
+	// was not called. Retry later when the cause is passing; a missing
+	// database or a failed authentication needs a fix, not a retry.
+	ErrConnect = errors.New("pgadvisory: could not connect; no connection and no lock was ever there")
+
+	// ErrCommitUnknown reports that COMMIT was sent but no answer says
+	// whether it took effect: the connection broke, the server ended the
+	// session (a FATAL error such as 57P01 answering COMMIT), or ctx ended
+	// while COMMIT was in flight (waiting for a synchronous standby, for
+	// example). The transaction may or may not have committed. Check the
+	// data before redoing non-idempotent work. A COMMIT that was never sent
+	// (ctx already done, the connection already broken) is not unknown: it
+	// committed nothing, and the error says so.
+	ErrCommitUnknown = errors.New("pgadvisory: COMMIT was sent but its outcome is unknown")
+
+	// ErrTxEnded reports that fn ended the lock transaction itself: it
+	// called Commit or Rollback on the transaction it was given (or, on the
+	// pgx front door, ran COMMIT or ROLLBACK). The lock was released at that
+	// moment, so whatever fn committed ran under the lock only up to then,
+	// and anything it did afterwards ran without it. fn must leave ending
+	// the transaction to the call. A [RunOnce] window whose fn did this is
+	// claimed all the same (the ledger row is written before fn, in the
+	// same transaction), so its work never runs twice.
+	ErrTxEnded = errors.New("pgadvisory: fn ended the lock transaction itself; what it committed ran under the lock only up to that moment")
 
 	// ErrStandby reports that the server is a hot standby (pg_is_in_recovery()).
 	// Advisory locks there are local to the standby and exclude nobody on the
@@ -87,8 +113,11 @@ var (
 	ErrTruncateRefused = errors.New("pgadvisory: TRUNCATE of a fenced table refused (SQLSTATE LF003)")
 
 	// ErrAlreadyDone reports that the run-once window already has a
-	// successful run; fn was not called (or its work was rolled back). It is
-	// returned as is, like ErrLocked.
+	// successful run; fn was not called. It comes as an [*Error] with Op
+	// "run-once" that names the lock and the window; test it with
+	// errors.Is. As with [ErrLocked], an *Error with Op "fn" means that fn
+	// ran and returned an error matching it (from a nested call). Nothing
+	// to do.
 	ErrAlreadyDone = errors.New("pgadvisory: already done for this window")
 
 	// ErrNotMigrated reports that lockgen's schema (pgadvisory.*) is missing:
@@ -96,8 +125,10 @@ var (
 	ErrNotMigrated = errors.New("pgadvisory: lockgen's schema is missing; run pgadvisory.Migrate")
 
 	// ErrInvalidArgument reports a bad argument: a nil database, transaction
-	// or function, a bad option, an empty run-once window, bad declarations
-	// ([Register]), or a pool of one connection with [WithFencing].
+	// or function, a bad option, an option that does not apply to the call
+	// or cannot be combined with another (see [Option]), an empty run-once
+	// window, bad declarations ([Register]), or a pool of one connection
+	// with [WithFencing]. Nothing was sent to the server. Fix the call.
 	ErrInvalidArgument = errors.New("pgadvisory: invalid argument")
 )
 
@@ -105,22 +136,31 @@ var (
 // why. errors.Is and errors.As see through it to Kind and to Err, so both
 // errors.Is(err, ErrDeadlock) and errors.As(err, &pgErr) work.
 //
-// Every error the package returns is an *Error except three, returned as
-// is: [ErrLocked], [ErrAlreadyDone], and fn's own error when it has no
-// dedicated kind and ctx is not done.
+// Every error the package returns is an *Error except one: fn's own error,
+// returned as is when it has no dedicated kind, does not match [ErrLocked]
+// or [ErrAlreadyDone], and ctx is not done.
 //
 // Op names the step, one of:
 //
-//   - "options": an option was invalid.
+//   - "options": an option was invalid, does not apply to the call, or
+//     cannot be combined with another one.
 //   - "begin": checking the arguments and ctx, before anything is sent; for
-//     session locks also getting the connection and the check for a pooler
-//     or a standby.
+//     session locks also the check for a pooler or a standby.
+//   - "connect": opening a connection failed (Kind [ErrConnect]); nothing
+//     else was sent.
 //   - "lock": taking the lock; for transaction locks also getting a
-//     connection and BEGIN, which travel with the lock statement.
+//     connection and BEGIN, which travel with the lock statement. Kind
+//     [ErrLocked] when another session holds it.
 //   - "publish": publishing the fencing token ([WithFencing]).
-//   - "run-once": reading or writing the run-once ledger ([RunOnce]).
-//   - "fn": fn returned an error of a known kind, or ctx ended while fn ran.
-//   - "commit": COMMIT.
+//   - "run-once": claiming the window in the run-once ledger ([RunOnce]);
+//     Kind [ErrAlreadyDone] when the window already has a successful run.
+//   - "fn": fn returned an error of a known kind, or one matching
+//     [ErrLocked] or [ErrAlreadyDone] (a nested call's: fn ran and its
+//     work was rolled back), or ctx ended while fn ran, or fn ended the lock
+//     transaction itself ([ErrTxEnded]).
+//   - "commit": COMMIT, or ctx ending before COMMIT was sent (nothing
+//     committed); [ErrCommitUnknown] once COMMIT was sent without a
+//     definite answer.
 //   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
 //   - "fenced write": [RunFenced], [SetFencingToken] and their Pgx forms;
 //     Token is the token the write carried.
@@ -180,6 +220,8 @@ func opPhrase(op string) string {
 	switch op {
 	case "begin":
 		return "beginning"
+	case "connect":
+		return "connecting"
 	case "lock":
 		return "taking the lock"
 	case "fn":

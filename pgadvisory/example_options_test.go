@@ -69,13 +69,13 @@ func ExampleWithShared() {
 		fmt.Println("second reader:", err)
 		// ...and exclude writers.
 		err = pgadvisory.RunExclusive(ctx, db, lockID, noop)
-		fmt.Println("writer:", err)
+		fmt.Println("writer locked out:", errors.Is(err, pgadvisory.ErrLocked))
 		return nil
 	}, pgadvisory.WithShared())
 	fmt.Println("first reader:", err)
 	// Output:
 	// second reader: <nil>
-	// writer: pgadvisory: lock is held by another session
+	// writer locked out: true
 	// first reader: <nil>
 }
 
@@ -89,12 +89,12 @@ func ExampleWithLocks() {
 	// A transfer locks both accounts: all of them, in ascending ID order, or none.
 	err := pgadvisory.RunExclusive(ctx, db, from, func(*sql.Tx) error {
 		err := pgadvisory.RunExclusive(ctx, db, to, noop)
-		fmt.Println("another call on the second account:", err)
+		fmt.Println("another call on the second account locked out:", errors.Is(err, pgadvisory.ErrLocked))
 		return nil
 	}, pgadvisory.WithLocks(to))
 	fmt.Println("transfer:", err)
 	// Output:
-	// another call on the second account: pgadvisory: lock is held by another session
+	// another call on the second account locked out: true
 	// transfer: <nil>
 }
 

@@ -97,12 +97,12 @@ func ExampleLock_RunSessionPgx() {
 	err := leader.RunSessionPgx(ctx, pool, func(ctx context.Context) error {
 		// A second candidate finds the leadership taken.
 		err := leader.RunSessionPgx(ctx, pool, func(context.Context) error { return nil })
-		fmt.Println("second candidate:", err)
+		fmt.Println("second candidate locked out:", errors.Is(err, pgadvisory.ErrLocked))
 		return nil
 	})
 	fmt.Println("leader:", err)
 	// Output:
-	// second candidate: pgadvisory: lock is held by another session
+	// second candidate locked out: true
 	// leader: <nil>
 }
 

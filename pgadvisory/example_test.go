@@ -40,7 +40,7 @@ func ExampleRunExclusive() {
 
 		// Meanwhile another replica asks for the same lock and gives up at once.
 		err := pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error { return nil })
-		fmt.Println("other replica:", err)
+		fmt.Println("other replica locked out:", errors.Is(err, pgadvisory.ErrLocked))
 		return nil
 	})
 	switch {
@@ -53,7 +53,7 @@ func ExampleRunExclusive() {
 	}
 	// Output:
 	// sending the report for 2026-03-02
-	// other replica: pgadvisory: lock is held by another session
+	// other replica locked out: true
 	// sent
 }
 

@@ -29,7 +29,7 @@ import (
 // other connections is not covered (see Fencing in the package
 // documentation).
 func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
+	c, err := newCall(lockID, opts, famExclusive, "*sql.DB", db == nil, fn == nil)
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func RunExclusive(ctx context.Context, db *sql.DB, lockID int64, fn func(*sql.Tx
 // fn must not call tx.Begin expecting a separate transaction: pgx implements
 // it as a savepoint inside the lock transaction.
 func RunExclusivePgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(pgx.Tx) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, "*pgxpool.Pool", pool == nil, fn == nil)
+	c, err := newCall(lockID, opts, famExclusive, "*pgxpool.Pool", pool == nil, fn == nil)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ const defaultPublishTimeout = 5 * time.Second
 // automatically. It needs lockgen's schema ([Migrate]) and is not available
 // for session locks.
 func WithFencing() Option {
-	return optionFunc(func(c *config) { c.fencing = true })
+	return optionFunc(func(c *config) { c.mark(optFencing); c.fencing = true })
 }
 
 // tokens maps an open lock transaction (the value fn receives) to its token.

@@ -186,7 +186,7 @@ func staleWriterSequence(t *testing.T, admin *sql.DB, door frontdoor.Door, loss 
 				return w.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (10, 1000)`)
 			})
 		}, pgadvisory.WithFencing())
-		if err == pgadvisory.ErrLocked {
+		if errors.Is(err, pgadvisory.ErrLocked) {
 			return false
 		}
 		bErr = err

@@ -105,7 +105,7 @@ func TestFencingTokens(t *testing.T) {
 			called := false
 			for range 3 {
 				err := door.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithFencing())
-				require.Equal(t, pgadvisory.ErrLocked, err)
+				require.ErrorIs(t, err, pgadvisory.ErrLocked)
 			}
 			require.False(t, called)
 			require.Equal(t, seq, fencing.LastToken(t, admin), "a contended call must not draw a token")

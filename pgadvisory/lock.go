@@ -41,12 +41,14 @@ func (l Lock) named(opts []Option) []Option {
 	}
 	n := len(opts) + 1
 	if l.defaults != nil {
-		n += len(*l.defaults)
+		n += len(*l.defaults) + 2
 	}
 	all := make([]Option, 0, n)
 	all = append(all, withName(l.Name))
 	if l.defaults != nil {
+		all = append(all, beginDeclared)
 		all = append(all, *l.defaults...)
+		all = append(all, endDeclared)
 	}
 	return append(all, opts...)
 }

@@ -57,7 +57,7 @@ func TestObserverEvents(t *testing.T) {
 
 		t.Run("contended", func(t *testing.T) {
 			release := door.Hold(t, key, nil)
-			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop, rec.option()))
+			require.ErrorIs(t, door.RunExclusive(ctx, key, noop, rec.option()), pgadvisory.ErrLocked)
 			evs := rec.take()
 			require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventContended}, kinds(evs))
 			require.ErrorIs(t, evs[0].Err, pgadvisory.ErrLocked)
@@ -127,7 +127,7 @@ func TestSlogObserver(t *testing.T) {
 		require.NotContains(t, recs[1], "error")
 
 		release := door.Hold(t, lock.ID, nil)
-		require.Equal(t, pgadvisory.ErrLocked, door.RunExclusiveLock(ctx, lock, noop, observe))
+		require.ErrorIs(t, door.RunExclusiveLock(ctx, lock, noop, observe), pgadvisory.ErrLocked)
 		recs = parseLog(t, &buf)
 		require.Len(t, recs, 1)
 		requireRecord(recs[0], pgadvisory.EventContended, slog.LevelInfo)
@@ -156,7 +156,7 @@ func TestSlogObserver(t *testing.T) {
 		require.NoError(t, door.RunExclusiveLock(ctx, lock, noop, infoObserve))
 		require.Empty(t, parseLog(t, &buf))
 		release = door.Hold(t, lock.ID, nil)
-		require.Equal(t, pgadvisory.ErrLocked, door.RunExclusiveLock(ctx, lock, noop, infoObserve))
+		require.ErrorIs(t, door.RunExclusiveLock(ctx, lock, noop, infoObserve), pgadvisory.ErrLocked)
 		recs = parseLog(t, &buf)
 		require.Len(t, recs, 1)
 		require.True(t, strings.HasSuffix(recs[0]["msg"].(string), "contended"))

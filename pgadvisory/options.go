@@ -15,6 +15,21 @@ import (
 // [Lock]'s defaults ([Lock.With]). Options are made by this package's With
 // functions and applied in order, so a later one wins; a nil Option is
 // ignored.
+//
+// An option that does not apply to the call, or a combination that cannot
+// work, is refused with [ErrInvalidArgument] (Op "options") before anything
+// is sent, whether it was passed to the call or declared with the lock
+// (the message says which):
+//
+//   - [WithHolder] applies to RunOnce only; [WithCheckInterval] to
+//     RunSession only; [WithTxOptions], [WithPgxTxOptions] and
+//     [WithFencing] to the transaction-scoped calls (RunExclusive,
+//     RunExclusiveRepo, RunOnce), not to RunSession.
+//   - [WithTxOptions] and [WithPgxTxOptions] together: give one.
+//   - RunOnce with [WithShared]: two shared holders would both run fn for
+//     one window.
+//   - RunOnce with a read-only transaction: its claim of the window is a
+//     write.
 type Option interface {
 	apply(*config)
 }
@@ -39,6 +54,10 @@ type config struct {
 	err      error // first invalid option
 	errKind  error // its kind
 
+	given     optionSet // the options applied, by the call or declared with the lock
+	declared  optionSet // those of them that the lock declared (Lock.With)
+	declaring bool      // applying a Lock's declared options
+
 	// run-once calls
 	runOnce      bool
 	ledgerLockID int64 // the lock ID the run-once ledger is keyed by
@@ -54,6 +73,7 @@ type config struct {
 // overlapping sets cannot deadlock each other.
 func WithWait(timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
+		c.mark(optWait)
 		if timeout < 0 {
 			c.setErr(ErrInvalidArgument, fmt.Errorf("WithWait: negative timeout %v", timeout))
 			return
@@ -65,13 +85,13 @@ func WithWait(timeout time.Duration) Option {
 // WithShared takes the locks in shared (reader) mode: shared holders exclude
 // exclusive holders but not each other.
 func WithShared() Option {
-	return optionFunc(func(c *config) { c.shared = true })
+	return optionFunc(func(c *config) { c.mark(optShared); c.shared = true })
 }
 
 // WithLocks adds more lock IDs to the call; all of them are taken in one
 // statement, in ascending order, or none is. Duplicates are ignored.
 func WithLocks(ids ...int64) Option {
-	return optionFunc(func(c *config) { c.ids = append(c.ids, ids...) })
+	return optionFunc(func(c *config) { c.mark(optLocks); c.ids = append(c.ids, ids...) })
 }
 
 // WithTxOptions sets the transaction options for the database/sql and pgx
@@ -80,6 +100,7 @@ func WithLocks(ids ...int64) Option {
 // the lock transaction always runs at READ COMMITTED. ReadOnly is honoured.
 func WithTxOptions(opts sql.TxOptions) Option {
 	return optionFunc(func(c *config) {
+		c.mark(optTxOptions)
 		switch opts.Isolation {
 		case sql.LevelDefault, sql.LevelReadCommitted:
 		default:
@@ -94,6 +115,7 @@ func WithTxOptions(opts sql.TxOptions) Option {
 // or [pgx.ReadCommitted]; BeginQuery is not supported.
 func WithPgxTxOptions(opts pgx.TxOptions) Option {
 	return optionFunc(func(c *config) {
+		c.mark(optPgxTxOptions)
 		switch opts.IsoLevel {
 		case "", pgx.ReadCommitted:
 		default:
@@ -112,7 +134,7 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 // contended, released and errors. observe runs synchronously on the calling
 // goroutine and must be quick. See [SlogObserver].
 func WithObserver(observe func(Event)) Option {
-	return optionFunc(func(c *config) { c.observer = observe })
+	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = observe })
 }
 
 // WithCheckInterval sets how often a session lock ([RunSession],
@@ -121,6 +143,7 @@ func WithObserver(observe func(Event)) Option {
 // The default is 1s.
 func WithCheckInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
+		c.mark(optCheckInterval)
 		if d <= 0 {
 			c.setErr(ErrInvalidArgument, fmt.Errorf("WithCheckInterval: interval must be positive, got %v", d))
 			return
@@ -129,9 +152,10 @@ func WithCheckInterval(d time.Duration) Option {
 	})
 }
 
-// newCall resolves a call's options and checks its arguments: the database
-// handle (what names it, e.g. "*sql.DB") and fn must not be nil.
-func newCall(lockID int64, opts []Option, handle string, nilHandle, nilFn bool) (*config, error) {
+// newCall resolves the options of a call of family fam and checks its
+// arguments: the database handle (what names it, e.g. "*sql.DB") and fn
+// must not be nil, and the options must fit the call (see checkOptions).
+func newCall(lockID int64, opts []Option, fam family, handle string, nilHandle, nilFn bool) (*config, error) {
 	c, err := newConfig(lockID, opts)
 	if err != nil {
 		return nil, err
@@ -141,6 +165,9 @@ func newCall(lockID int64, opts []Option, handle string, nilHandle, nilFn bool) 
 		return nil, c.invalid("begin", errors.New("nil "+handle))
 	case nilFn:
 		return nil, c.invalid("begin", errors.New("nil fn"))
+	}
+	if err := c.checkOptions(fam); err != nil {
+		return nil, c.invalid("options", err)
 	}
 	return c, nil
 }

@@ -34,13 +34,13 @@ func TestOptionShared(t *testing.T) {
 			require.NoError(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error { inner = true; return nil }, shared),
 				"a second shared holder is admitted")
 			require.True(t, inner)
-			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop), "exclusive while shared is held")
+			require.ErrorIs(t, door.RunExclusive(ctx, key, noop), pgadvisory.ErrLocked, "exclusive while shared is held")
 			return nil
 		}, shared))
 
 		require.NoError(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
-			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop, shared), "shared while exclusive is held")
-			require.Equal(t, pgadvisory.ErrLocked, door.RunExclusive(ctx, key, noop), "exclusive while exclusive is held")
+			require.ErrorIs(t, door.RunExclusive(ctx, key, noop, shared), pgadvisory.ErrLocked, "shared while exclusive is held")
+			require.ErrorIs(t, door.RunExclusive(ctx, key, noop), pgadvisory.ErrLocked, "exclusive while exclusive is held")
 			return nil
 		}))
 
@@ -65,7 +65,7 @@ func TestOptionLocksAllOrNothing(t *testing.T) {
 
 			called := false
 			err := door.RunExclusive(ctx, keys[0], func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithLocks(keys[1:]...))
-			require.Equal(t, pgadvisory.ErrLocked, err, "busy key #%d", busy)
+			require.ErrorIs(t, err, pgadvisory.ErrLocked, "busy key #%d", busy)
 			require.False(t, called)
 
 			others := make([]int64, 0, 2)

@@ -78,7 +78,7 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 					for _, other := range e.doors() {
 						called := false
 						err := other.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil })
-						require.Equal(t, pgadvisory.ErrLocked, err, other.Label())
+						require.ErrorIs(t, err, pgadvisory.ErrLocked, other.Label())
 						require.False(t, called, other.Label())
 					}
 

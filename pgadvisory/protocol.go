@@ -2,8 +2,13 @@ package pgadvisory
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // txDriver is what the transaction-lock protocol needs from a front door
@@ -11,21 +16,27 @@ import (
 // what an outcome means lives in run.
 type txDriver interface {
 	// begin starts a READ COMMITTED transaction and runs the lock statement in
-	// it, in as few round trips as the driver allows. On error the driver has
+	// it, in as few round trips as the driver allows. BEGIN runs under txc
+	// (see txContext) if the driver's transaction keeps the context it began
+	// with. A driver that can pipeline claim (not nil) after the lock
+	// statement does so and says so in lockResult. On error the driver has
 	// already ended whatever transaction it started.
-	begin(ctx context.Context, readOnly bool, st lockStatement) (lockResult, error)
+	begin(ctx context.Context, txc *txContext, readOnly bool, st lockStatement, claim *runClaim) (lockResult, error)
 	// txKey identifies the open transaction (the value fn receives).
 	txKey() any
 	// publish makes token the published fencing token of lockID on another
 	// connection, in its own committed statement; false means a newer token
 	// is already published.
 	publish(ctx context.Context, lockID, token int64, timeout string) (bool, error)
-	// runOnceDone and recordRun read and write the run-once ledger inside
-	// the lock transaction.
-	runOnceDone(ctx context.Context, lockID int64, window string) (bool, error)
-	recordRun(ctx context.Context, r runRecord) error
-	commit(ctx context.Context) error
-	rollback(ctx context.Context) error
+	// claim claims a run-once window in the lock transaction; false means
+	// the window already has a run.
+	claim(ctx context.Context, cl *runClaim) (bool, error)
+	// commit sends COMMIT under ctx. ended reports that fn had already ended
+	// the transaction itself, as far as the driver can tell without a round
+	// trip (nothing was sent then).
+	commit(ctx context.Context) (ended bool, err error)
+	// rollback sends ROLLBACK; ended as for commit.
+	rollback(ctx context.Context) (ended bool, err error)
 	// maxConns is the most connections the pool may open (0: no limit).
 	maxConns() int
 }
@@ -39,10 +50,14 @@ type lockStatement struct {
 	fenced bool
 }
 
-// lockResult is what the lock statement returned.
+// lockResult is what the lock statement returned, and the run-once claim
+// when the driver pipelined it.
 type lockResult struct {
 	granted, standby bool
 	token            int64 // fenced statements only
+	claimSent        bool  // the claim ran in the same round trip
+	claimed          bool  // with claimSent: the window was claimed
+	claimErr         error // with claimSent: the claim failed (the transaction is aborted)
 }
 
 // cleanupTimeout bounds a ROLLBACK or unlock sent after the caller's context
@@ -68,7 +83,13 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 			"while the lock transaction holds one, and this pool allows only 1; allow at least 2"))
 	}
 	start := time.Now()
-	res, err := d.begin(ctx, c.readOnly, c.txLockStatement())
+	txc := newTxContext(ctx)
+	defer txc.release()
+	var claim *runClaim
+	if c.runOnce {
+		claim = c.runClaim()
+	}
+	res, err := d.begin(ctx, txc, c.readOnly, c.txLockStatement(), claim)
 	if err != nil {
 		return c.failure(ctx, "lock", err)
 	}
@@ -80,12 +101,13 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 		// The loser's answer is known after one round trip; the ROLLBACK
 		// that returns the connection runs without making the caller wait.
 		go c.rollbackNow(ctx, d)
-		c.emit(Event{Kind: EventContended, Err: ErrLocked})
-		return ErrLocked
+		err := c.locked()
+		c.emit(Event{Kind: EventContended, Err: err})
+		return err
 	}
-	if err := c.afterGrant(ctx, d, res.token); err != nil {
+	if err := c.afterGrant(ctx, d, res); err != nil {
 		c.rollbackNow(ctx, d)
-		if err == ErrAlreadyDone {
+		if errors.Is(err, ErrAlreadyDone) {
 			c.emit(Event{Kind: EventContended, Err: err})
 		}
 		return err
@@ -108,21 +130,15 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	fnErr := call()
 	panicking = false
 
-	if fnErr == nil && ctx.Err() == nil && c.runOnce {
-		if err := c.recordRun(ctx, d, res.token, acquired); err != nil {
-			c.rollbackNow(ctx, d)
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
-			return err
-		}
-	}
 	if fnErr != nil || ctx.Err() != nil {
-		c.rollbackNow(ctx, d)
 		err := c.fnFailure(ctx, fnErr)
+		if ended, rbErr := c.rollbackNow(ctx, d); ended || endedTx(rbErr) {
+			err = c.txEnded(ctx, fnErr)
+		}
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
 		return err
 	}
-	if err := d.commit(ctx); err != nil {
-		err = c.commitFailure(ctx, err)
+	if err := c.commit(ctx, txc, d); err != nil {
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
 		return err
 	}
@@ -130,24 +146,71 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	return nil
 }
 
-// afterGrant runs the steps between the grant and fn, in order: publishing
-// the fencing token (fencing.go) and checking the run-once ledger
-// (runonce.go).
-func (c *config) afterGrant(ctx context.Context, d txDriver, token int64) error {
-	if c.fencing {
-		if err := c.publishToken(ctx, d, token); err != nil {
+// commit is the COMMIT step. The caller's ctx may end while COMMIT is in
+// flight (a synchronous standby that does not answer, say), so COMMIT runs
+// under txc linked to ctx, and what the driver returns tells whether COMMIT
+// was sent (see commitSent): only then can the outcome be unknown.
+func (c *config) commit(ctx context.Context, txc *txContext, d txDriver) error {
+	stop := txc.link(ctx)
+	ended, err := d.commit(txc.or(ctx))
+	interrupted := stop()
+	switch {
+	case ended:
+		return c.txEnded(ctx, nil)
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrTxDone) && !interrupted:
+		// database/sql's Tx was ended, and not by its context: by fn.
+		return c.txEnded(ctx, nil)
+	}
+	return c.commitFailure(ctx, err, commitSent(err))
+}
+
+// commitSent tells from COMMIT's error whether COMMIT was sent. It was not
+// when database/sql refused because the transaction's context was done (it
+// returns that context's bare error, which txContext makes distinct from
+// anything a driver returns: see txContext), when pgx reports that nothing
+// was sent (pgconn.SafeToRetry: the context was done before sending, or
+// the write failed at once), or when a driver returns driver.ErrBadConn,
+// which database/sql's contract reserves for operations the server cannot
+// have performed. Every other failure came after COMMIT was sent.
+func commitSent(err error) bool {
+	return err != context.Canceled && !pgconn.SafeToRetry(err) && !errors.Is(err, driver.ErrBadConn)
+}
+
+// endedTx reports the drivers' errors for a transaction that was already
+// ended: by fn, since run ends it only once.
+func endedTx(err error) bool {
+	return errors.Is(err, sql.ErrTxDone) || errors.Is(err, pgx.ErrTxClosed)
+}
+
+// locked is the error of a call whose lock another session holds.
+func (c *config) locked() error {
+	return &Error{Op: "lock", LockIDs: c.ids, Name: c.name, Kind: ErrLocked}
+}
+
+// afterGrant runs the steps between the grant and fn, in order: claiming
+// the run-once window (runonce.go; it may have come with the grant) and
+// publishing the fencing token (fencing.go). The claim comes first, so a
+// window already done publishes nothing.
+func (c *config) afterGrant(ctx context.Context, d txDriver, res lockResult) error {
+	if c.runOnce {
+		if err := c.claimWindow(ctx, d, res); err != nil {
 			return err
 		}
 	}
-	if c.runOnce {
-		return c.checkLedger(ctx, d)
+	if c.fencing {
+		if err := c.publishToken(ctx, d, res.token); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// rollbackNow rolls the lock transaction back, even when ctx is done.
-func (c *config) rollbackNow(ctx context.Context, d txDriver) {
+// rollbackNow rolls the lock transaction back, even when ctx is done. ended
+// and err are the driver's: whether fn had already ended the transaction.
+func (c *config) rollbackNow(ctx context.Context, d txDriver) (ended bool, err error) {
 	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	_ = d.rollback(rctx)
+	return d.rollback(rctx)
 }

@@ -109,7 +109,7 @@ func TestRepoContention(t *testing.T) {
 					t.Error("fn ran although the lock is held")
 					return nil
 				})
-				require.Equal(t, pgadvisory.ErrLocked, err)
+				require.ErrorIs(t, err, pgadvisory.ErrLocked)
 				return nil
 			}))
 			// Control: free again, fn runs.

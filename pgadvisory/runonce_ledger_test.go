@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -12,15 +13,16 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // The run-once ledger: a failed run leaves no row, a success makes later
 // calls for the window ErrAlreadyDone without calling fn, a row written by
-// other code counts too (before fn, or while fn runs: then fn's writes roll
-// back), and bad arguments are refused. The helpers are in
-// runonce_replicas_test.go.
+// other code counts too (before the call; while fn runs, such a write waits
+// for the call's claim and then fails), and bad arguments are refused. The
+// helpers are in runonce_replicas_test.go.
 
 func TestRunOnceLedger(t *testing.T) {
 	admin := migrated.DB(t)
@@ -50,7 +52,7 @@ func TestRunOnceLedger(t *testing.T) {
 
 				require.NoError(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
 				require.Len(t, runOnceRows(t, admin, key), 1)
-				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
+				require.ErrorIs(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)), pgadvisory.ErrAlreadyDone)
 				require.Equal(t, int64(2), calls.Load(), "the third call did not run fn")
 
 				// A different window runs again.
@@ -69,7 +71,7 @@ func TestRunOnceLedger(t *testing.T) {
 				_, err := admin.Exec(`INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
 					VALUES ($1, '2026-12-02', 'by hand', now(), now())`, key)
 				require.NoError(t, err)
-				require.Equal(t, pgadvisory.ErrAlreadyDone, door.RunOnce(ctx, key, "2026-12-02", job(nil)))
+				require.ErrorIs(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)), pgadvisory.ErrAlreadyDone)
 				require.Zero(t, calls.Load(), "fn is not called")
 				// CONTROL: the ledger check is what stopped it.
 				require.NoError(t, door.RunOnce(ctx, key, "2026-12-01", job(nil)))
@@ -79,23 +81,34 @@ func TestRunOnceLedger(t *testing.T) {
 			})
 
 			t.Run("row_inserted_during_fn", func(t *testing.T) {
-				// Code that bypasses the lock records a success while fn
-				// runs: the primary key turns our record into
-				// ErrAlreadyDone and fn's writes roll back.
+				// Code that bypasses the lock tries to record a run of the
+				// window while fn runs. The claim, written before fn, holds
+				// the window: the bypass waits for the call's transaction
+				// and then fails on the primary key, and fn's run stands.
 				key := testdb.Key(t)
+				bypass := make(chan error, 1)
 				err := door.RunOnce(ctx, key, "2026-12-02", func(tx frontdoor.Tx) error {
-					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ('doomed')`); err != nil {
+					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (replica) VALUES ('claimed')`); err != nil {
 						return err
 					}
-					_, err := admin.ExecContext(ctx, `INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
-						VALUES ($1, '2026-12-02', 'bypass', now(), now())`, key)
-					return err
+					go func() {
+						_, err := admin.ExecContext(ctx, `INSERT INTO pgadvisory.run_once (lock_id, window_key, holder, started_at, finished_at)
+							VALUES ($1, '2026-12-02', 'bypass', now(), now())`, key)
+						bypass <- err
+					}()
+					// The bypass waits for this transaction (on its claim).
+					require.Eventually(t, func() bool {
+						return countRows(t, admin, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+							WHERE wait_event_type = 'Lock' AND query LIKE '%''bypass''%'`) == 1
+					}, 30*time.Second, 10*time.Millisecond, "the bypassing INSERT waits for the claim")
+					return nil
 				})
-				require.Equal(t, pgadvisory.ErrAlreadyDone, err)
-				require.Equal(t, int64(0), countRows(t, admin, `SELECT count(*) FROM `+tbl+` WHERE replica = 'doomed'`))
+				require.NoError(t, err)
+				sqlstate.Require(t, frontdoor.Await(t, bypass, "the bypassing INSERT"), "23505")
+				require.Equal(t, int64(1), countRows(t, admin, `SELECT count(*) FROM `+tbl+` WHERE replica = 'claimed'`))
 				ledger := runOnceRows(t, admin, key)
 				require.Len(t, ledger, 1)
-				require.Equal(t, "bypass", ledger[0].holder)
+				require.NotEqual(t, "bypass", ledger[0].holder)
 			})
 
 			t.Run("invalid_arguments", func(t *testing.T) {
@@ -119,7 +132,7 @@ func TestRunOnceLedger(t *testing.T) {
 		l := pgadvisory.Lock{Name: "reports.daily_email", ID: testdb.Key(t)}
 		pool := frontdoor.Open(t, frontdoor.Pgx, frontdoor.MaxConns(2)).Pool()
 		require.NoError(t, l.RunOnce(ctx, admin, "2026-12-02", noop, pgadvisory.WithHolder("lock-method")))
-		require.Equal(t, pgadvisory.ErrAlreadyDone, l.RunOncePgx(ctx, pool, "2026-12-02", func(pgx.Tx) error { return nil }))
+		require.ErrorIs(t, l.RunOncePgx(ctx, pool, "2026-12-02", func(pgx.Tx) error { return nil }), pgadvisory.ErrAlreadyDone)
 		ledger := runOnceRows(t, admin, l.ID)
 		require.Len(t, ledger, 1)
 		require.Equal(t, "lock-method", ledger[0].holder)

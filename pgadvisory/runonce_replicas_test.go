@@ -9,6 +9,7 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -57,9 +58,9 @@ func TestRunOnceReplicas(t *testing.T) {
 				case o.err == nil:
 					require.Empty(t, winner, "a second success: %s and %s", winner, o.replica)
 					winner = o.replica
-				case o.err == pgadvisory.ErrLocked:
+				case errors.Is(o.err, pgadvisory.ErrLocked):
 					nLocked++
-				case o.err == pgadvisory.ErrAlreadyDone:
+				case errors.Is(o.err, pgadvisory.ErrAlreadyDone):
 					nDone++
 					if o.late {
 						nLateDone++
@@ -237,14 +238,14 @@ func fireReport(t *testing.T, ctx context.Context, replicas []replica, key int64
 			err := call()
 			// A late replica retries while it meets ErrLocked, as a cron
 			// retry would, so that it gets a definite answer.
-			for tries := 0; late && err == pgadvisory.ErrLocked && tries < 200; tries++ {
+			for tries := 0; late && errors.Is(err, pgadvisory.ErrLocked) && tries < 200; tries++ {
 				time.Sleep(25 * time.Millisecond)
 				err = call()
 			}
 			switch {
 			case err == nil:
 				successOnce.Do(func() { close(success) })
-			case err == pgadvisory.ErrLocked:
+			case errors.Is(err, pgadvisory.ErrLocked):
 				lockedOnce.Do(func() { close(locked) })
 			}
 			outcomes[i] = replicaOutcome{replica: r.name, err: err, late: late}

@@ -101,7 +101,7 @@ func TestScenarioDailyReport(t *testing.T) {
 					case err == nil:
 						sent++
 					case errors.Is(err, pgadvisory.ErrLocked):
-						require.Equal(t, pgadvisory.ErrLocked, err, "ErrLocked is returned bare")
+						require.ErrorIs(t, err, pgadvisory.ErrLocked, "ErrLocked is returned bare")
 						locked++
 					default:
 						t.Fatalf("round %d, instance %d: unexpected error: %v", round, i, err)

@@ -35,7 +35,7 @@ import (
 // fn's own database work uses other connections and is not covered by the
 // lock the way RunExclusive's transaction is: use fencing for correctness.
 func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.Context) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, "*sql.DB", db == nil, fn == nil)
+	c, err := newCall(lockID, opts, famSession, "*sql.DB", db == nil, fn == nil)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.C
 
 // RunSessionPgx is [RunSession] for a pgx pool.
 func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(context.Context) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, "*pgxpool.Pool", pool == nil, fn == nil)
+	c, err := newCall(lockID, opts, famSession, "*pgxpool.Pool", pool == nil, fn == nil)
 	if err != nil {
 		return err
 	}
@@ -87,9 +87,6 @@ type sessionConn interface {
 // runSession is the session-lock protocol shared by both front doors.
 func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
 	c.session = true
-	if c.fencing {
-		return c.invalid("begin", errors.New("WithFencing is not available for session locks"))
-	}
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
@@ -136,8 +133,9 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 		} else {
 			conn.release()
 		}
-		c.emit(Event{Kind: EventContended, Err: ErrLocked})
-		return ErrLocked
+		err := c.locked()
+		c.emit(Event{Kind: EventContended, Err: err})
+		return err
 	}
 	acquired := time.Now()
 	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
@@ -172,9 +170,10 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 }
 
 // joinErr is the cause of a lost session lock, with fn's error if it
-// returned one.
+// returned one other than the loss itself (fn often returns its context's
+// cause, which already says it).
 func joinErr(lost, fnErr error) error {
-	if fnErr == nil {
+	if fnErr == nil || errors.Is(fnErr, lost) {
 		return lost
 	}
 	return fmt.Errorf("%w; fn returned: %w", lost, fnErr)

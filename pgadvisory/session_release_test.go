@@ -74,13 +74,13 @@ func TestSessionNoLockLeftOnPool(t *testing.T) {
 			},
 			func() {
 				require.NoError(t, door.RunSession(ctx, k1, func(ctx context.Context) error {
-					require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2)))
+					require.ErrorIs(t, other.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2)), pgadvisory.ErrLocked)
 					return nil
 				}))
 			},
 			func() {
 				require.NoError(t, other.RunSession(ctx, k3, func(ctx context.Context) error {
-					require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3)))
+					require.ErrorIs(t, door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3)), pgadvisory.ErrLocked)
 					return nil
 				}))
 			},

@@ -43,17 +43,17 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 				txids = append(txids, txid)
 
 				// Everyone else is excluded between and after those transactions.
-				require.Equal(t, pgadvisory.ErrLocked, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error {
+				require.ErrorIs(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error {
 					t.Error("RunExclusive ran under a held session lock")
 					return nil
-				}))
-				require.Equal(t, pgadvisory.ErrLocked, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
+				}), pgadvisory.ErrLocked)
+				require.ErrorIs(t, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
 					t.Error("RunExclusivePgx ran under a held session lock")
 					return nil
-				}))
-				require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, key, notCalled(t)))
-				require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t)))
-				require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()))
+				}), pgadvisory.ErrLocked)
+				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
+				require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
+				require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
 				// Still the same single holder.
 				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 			}
@@ -75,7 +75,7 @@ func TestSessionContention(t *testing.T) {
 			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error {
 				holder := e.w.Holder(t, key)
 				err := door.RunSession(ctx, key, notCalled(t))
-				require.Equal(t, pgadvisory.ErrLocked, err, "ErrLocked is returned as is")
+				require.ErrorIs(t, err, pgadvisory.ErrLocked, "ErrLocked is returned as is")
 				// The loser took nothing.
 				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 				return nil
@@ -86,8 +86,8 @@ func TestSessionContention(t *testing.T) {
 			key := testdb.Key(t)
 			require.NoError(t, other.RunSession(ctx, key, func(ctx context.Context) error {
 				holder := e.w.Holder(t, key)
-				require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, key, notCalled(t)))
-				require.Equal(t, pgadvisory.ErrLocked, door.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()))
+				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
+				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
 				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 				return nil
 			}))
@@ -98,7 +98,7 @@ func TestSessionContention(t *testing.T) {
 			var events []pgadvisory.Event
 			require.NoError(t, other.RunSession(ctx, key, func(ctx context.Context) error {
 				err := door.RunSession(ctx, key, notCalled(t), pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
-				require.Equal(t, pgadvisory.ErrLocked, err)
+				require.ErrorIs(t, err, pgadvisory.ErrLocked)
 				return nil
 			}))
 			require.Len(t, events, 1)
@@ -128,11 +128,11 @@ func TestSessionShared(t *testing.T) {
 			}, pgadvisory.WithShared()))
 			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { readers++; return nil }, pgadvisory.WithShared()))
 			// Writers are excluded.
-			require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t)))
-			require.Equal(t, pgadvisory.ErrLocked, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
+			require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
+			require.ErrorIs(t, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
 				t.Error("exclusive transaction lock ran under a shared session lock")
 				return nil
-			}))
+			}), pgadvisory.ErrLocked)
 			return nil
 		}, pgadvisory.WithShared()))
 		require.Equal(t, 2, readers)
@@ -140,7 +140,7 @@ func TestSessionShared(t *testing.T) {
 
 		// Control: an exclusive session excludes readers.
 		require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
-			require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()))
+			require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
 			return nil
 		}))
 		requireSessionFree(t, e, other, key)
@@ -160,7 +160,7 @@ func TestSessionMultipleLocks(t *testing.T) {
 					require.Equal(t, holds[0].PID, h.PID, "one backend holds the set")
 				}
 				for _, k := range []int64{k1, k2, k3} {
-					require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, k, notCalled(t)))
+					require.ErrorIs(t, other.RunSession(ctx, k, notCalled(t)), pgadvisory.ErrLocked)
 				}
 				return nil
 			}, pgadvisory.WithLocks(k3, k2, k2)))
@@ -174,7 +174,7 @@ func TestSessionMultipleLocks(t *testing.T) {
 				holder := e.w.Holder(t, k3)
 				for range 3 {
 					err := door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3))
-					require.Equal(t, pgadvisory.ErrLocked, err)
+					require.ErrorIs(t, err, pgadvisory.ErrLocked)
 					// Nothing of the set stays locked on any connection,
 					// pooled or not.
 					require.Empty(t, e.w.Holds(t, k1, k2))

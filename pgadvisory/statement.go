@@ -11,6 +11,7 @@ import (
 type statementShape struct {
 	n                                       int
 	shared, wait, timeout, session, fencing bool
+	granted                                 bool // set pgadvisory.granted (a run-once claim follows)
 }
 
 var statementCache sync.Map // statementShape -> string
@@ -18,7 +19,10 @@ var statementCache sync.Map // statementShape -> string
 // lockSQL returns the SQL text and arguments of the lock statement: the
 // single SQL statement that takes every lock of a call. It returns (granted
 // bool, standby bool) and a third column for session locks (the backend
-// pid) and fenced calls (the fencing token, NULL unless granted). Folding the hot-standby check (pg_is_in_recovery) and the wait
+// pid) and fenced calls (the fencing token, NULL unless granted). The
+// statement of a run-once call also sets the transaction-local setting
+// pgadvisory.granted to 'on' once every lock is granted, for the claim that
+// follows it. Folding the hot-standby check (pg_is_in_recovery) and the wait
 // timeout (set_config('lock_timeout', …, true)) into it keeps them free of
 // extra round trips:
 //
@@ -43,7 +47,8 @@ var statementCache sync.Map // statementShape -> string
 // callers take overlapping sets in the same order and cannot deadlock each
 // other.
 func (c *config) lockSQL(session bool) (string, []any) {
-	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session, fencing: c.fencing && !session}
+	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session,
+		fencing: c.fencing && !session, granted: c.runOnce && !session}
 	args := make([]any, 0, len(c.ids)+1)
 	for _, id := range c.ids {
 		args = append(args, id)
@@ -98,6 +103,13 @@ func buildLockSQL(s statementShape) string {
 		b.WriteString(strconv.Itoa(pidParam))
 		b.WriteString(" THEN (")
 	}
+	if s.granted {
+		// A run-once claim follows in the same transaction, maybe in the
+		// same round trip: it writes only when this statement granted every
+		// lock. CASE, unlike AND, guarantees that the setting is made only
+		// after the locks were granted.
+		b.WriteString("CASE WHEN ")
+	}
 	for i := 1; i <= s.n; i++ {
 		if i > 1 {
 			b.WriteString(" AND ")
@@ -114,6 +126,9 @@ func buildLockSQL(s statementShape) string {
 		// Once the locks are granted, put lock_timeout back to what it was,
 		// so the timeout bounds the wait for the lock and not fn's statements.
 		b.WriteString(" AND set_config('lock_timeout', lock_timeout.previous, true) IS NOT NULL")
+	}
+	if s.granted {
+		b.WriteString(" THEN set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END")
 	}
 	if s.session {
 		b.WriteString(") END, false)")

@@ -40,7 +40,7 @@ func (w *watcher) watch(ctx context.Context) {
 		err := w.conn.queryRow(cctx, query, args, &held)
 		cancel()
 		if err == nil && held != int64(len(w.c.ids)) {
-			err = fmt.Errorf("pgadvisory: backend holds %d of %d locks", held, len(w.c.ids))
+			err = fmt.Errorf("backend holds %d of %d locks", held, len(w.c.ids))
 		}
 		if err != nil {
 			if kind := classify(err); kind != nil && kind != ErrConnLost {

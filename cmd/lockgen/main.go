@@ -178,9 +178,10 @@ func (c *cli) fail(err error) int {
 		}
 		return exitFail
 	}
-	// The internal packages prefix their errors with their names; the user
-	// ran lockgen.
+	// The internal packages and pgadvisory prefix their errors with their
+	// names; the user ran lockgen.
 	msg := strings.TrimPrefix(err.Error(), "decl: ")
+	msg = strings.TrimPrefix(msg, "pgadvisory: ")
 	msg = strings.TrimPrefix(msg, "gogen: ")
 	msg = strings.TrimPrefix(msg, "fencegen: ")
 	fmt.Fprintf(c.stderr, "lockgen: %s\n", msg)

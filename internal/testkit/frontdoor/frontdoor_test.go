@@ -46,8 +46,8 @@ func TestDoorsReachTheirDriver(t *testing.T) {
 		release := d.Hold(t, key, nil)
 		called := false
 		other := frontdoor.Open(t, d.Driver, frontdoor.MaxConns(1))
-		require.Equal(t, pgadvisory.ErrLocked, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }))
-		require.Equal(t, pgadvisory.ErrLocked, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
+		require.ErrorIs(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }), pgadvisory.ErrLocked)
+		require.ErrorIs(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }), pgadvisory.ErrLocked)
 		require.False(t, called)
 		require.NoError(t, release())
 		require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))

@@ -1,0 +1,119 @@
+package pgadvisory
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// family is the kind of call an option is given to.
+type family uint8
+
+const (
+	famExclusive family = 1 << iota // RunExclusive, RunExclusiveRepo and their Pgx forms
+	famOnce                         // RunOnce, RunOncePgx
+	famSession                      // RunSession, RunSessionPgx
+
+	famTx  = famExclusive | famOnce // the transaction-scoped calls
+	famAll = famTx | famSession
+)
+
+// String names the family's entry point, as the refusals say it.
+func (f family) String() string {
+	switch f {
+	case famExclusive:
+		return "RunExclusive"
+	case famOnce:
+		return "RunOnce"
+	case famSession:
+		return "RunSession"
+	}
+	return "this call"
+}
+
+// optionSet is a set of option kinds, one bit each.
+type optionSet uint32
+
+// The option kinds, one per With function.
+const (
+	optWait optionSet = 1 << iota
+	optShared
+	optLocks
+	optTxOptions
+	optPgxTxOptions
+	optObserver
+	optCheckInterval
+	optFencing
+	optHolder
+	optCount = iota
+)
+
+// optionRule is what checkOptions knows of an option kind: its name, the
+// families it applies to, and why it does not apply to the others.
+type optionRule struct {
+	name    string
+	applies family
+	why     string
+}
+
+// optionRules are indexed by the bit of the option kind.
+var optionRules = [optCount]optionRule{
+	{"WithWait", famAll, ""},
+	{"WithShared", famExclusive | famSession, "two shared holders would both run fn for one window"},
+	{"WithLocks", famAll, ""},
+	{"WithTxOptions", famTx, "a session lock runs no transaction of its own"},
+	{"WithPgxTxOptions", famTx, "a session lock runs no transaction of its own"},
+	{"WithObserver", famAll, ""},
+	{"WithCheckInterval", famSession, "only a session lock is checked while fn runs"},
+	{"WithFencing", famTx, "the token is issued and published in the lock transaction"},
+	{"WithHolder", famOnce, "it names the holder in the run-once ledger"},
+}
+
+// mark records that the option of kind k is applied, and where it comes
+// from: the call, or the lock's declared options.
+func (c *config) mark(k optionSet) {
+	c.given |= k
+	if c.declaring {
+		c.declared |= k
+	}
+}
+
+// declaring brackets a Lock's declared options (see Lock.named), so that
+// refusals can say where an option came from.
+var (
+	beginDeclared = optionFunc(func(c *config) { c.declaring = true })
+	endDeclared   = optionFunc(func(c *config) { c.declaring = false })
+)
+
+// optionName names the option of kind k and where it came from.
+func (c *config) optionName(k optionSet) string {
+	name := optionRules[bits.TrailingZeros32(uint32(k))].name
+	if c.declared&k == 0 {
+		return name
+	}
+	if c.name != "" {
+		return fmt.Sprintf("%s (declared with the lock %s: Lock.With or locks.yaml)", name, c.name)
+	}
+	return name + " (declared with the lock: Lock.With)"
+}
+
+// checkOptions refuses options that do not apply to a call of family fam,
+// and combinations that cannot work.
+func (c *config) checkOptions(fam family) error {
+	for rest := c.given; rest != 0; rest &= rest - 1 {
+		k := rest & -rest
+		if rule := optionRules[bits.TrailingZeros32(uint32(k))]; rule.applies&fam == 0 {
+			return fmt.Errorf("%s does not apply to %s: %s", c.optionName(k), fam, rule.why)
+		}
+	}
+	if c.given&(optTxOptions|optPgxTxOptions) == optTxOptions|optPgxTxOptions {
+		return fmt.Errorf("both %s and %s: give one", c.optionName(optTxOptions), c.optionName(optPgxTxOptions))
+	}
+	if fam == famOnce && c.readOnly {
+		k := optTxOptions
+		if c.given&optPgxTxOptions != 0 {
+			k = optPgxTxOptions
+		}
+		return fmt.Errorf("RunOnce in a read-only transaction (%s): its claim of the window is a write", c.optionName(k))
+	}
+	return nil
+}
