@@ -130,6 +130,11 @@ func (d *pgxTx) commit(ctx context.Context) (bool, error) {
 	if d.endedByFn() {
 		return true, nil
 	}
+	if d.tx.Conn().IsClosed() {
+		// fn's last statement broke the connection, and fn returned nil.
+		_ = d.tx.Rollback(ctx) // returns the connection to the pool, which discards it
+		return false, &errNotSent{pgconn.ErrConnClosed}
+	}
 	return false, d.tx.Commit(ctx)
 }
 

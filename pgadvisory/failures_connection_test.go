@@ -57,6 +57,38 @@ func TestFailBackendTerminated(t *testing.T) {
 	})
 }
 
+// TestFailBackendTerminatedWhileIdle: the holder's backend is killed while
+// fn is idle (between statements), and fn's next step is COMMIT. The server
+// sent its FATAL 57P01 before it could read COMMIT, so nothing committed;
+// but the client reads that FATAL as COMMIT's answer, exactly as it reads
+// the FATAL of a backend killed while COMMIT runs a deferred trigger
+// (TestFaultKillDuringCommitBeforeRecord), so it cannot tell which: the
+// call reports ErrCommitUnknown. The operator who killed an idle holder
+// knows that nothing committed (README, "In an incident").
+func TestFailBackendTerminatedWhileIdle(t *testing.T) {
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := witness.New(t)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
+		key := testdb.Key(t)
+		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+			require.NoError(t, w.Mark(ctx, tx, "idle-kill"))
+			pid, err := tx.QueryInt(ctx, "SELECT pg_backend_pid()")
+			require.NoError(t, err)
+			var killed bool
+			require.NoError(t, w.DB.QueryRowContext(ctx, "SELECT pg_terminate_backend($1, 30000)", pid).Scan(&killed))
+			require.True(t, killed)
+			require.True(t, w.LockFree(t, key), "the server released the lock with the backend")
+			return nil // the next step is COMMIT
+		})
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
+		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
+		require.False(t, w.Committed(t, "idle-kill"), "killed while idle: nothing committed")
+		frontdoor.RequireIdle(t, door)
+		w.RequireUsable(t, door, key, "next-call")
+	})
+}
+
 // TestFailIdleInTransactionTimeout: the server ends a session that stays idle
 // in the lock transaction longer than idle_in_transaction_session_timeout.
 // The next statement, or COMMIT, reports ErrConnLost with SQLSTATE 25P03:

@@ -169,14 +169,31 @@ func (c *config) commit(ctx context.Context, txc *txContext, d txDriver) error {
 // commitSent tells from COMMIT's error whether COMMIT was sent. It was not
 // when database/sql refused because the transaction's context was done (it
 // returns that context's bare error, which txContext makes distinct from
-// anything a driver returns: see txContext), when pgx reports that nothing
-// was sent (pgconn.SafeToRetry: the context was done before sending, or
-// the write failed at once), or when a driver returns driver.ErrBadConn,
-// which database/sql's contract reserves for operations the server cannot
-// have performed. Every other failure came after COMMIT was sent.
+// anything a driver returns: see txContext), when pgx refused because the
+// context was done before it wrote anything (pgconn.SafeToRetry with
+// txContext's own error inside), when the driver found the connection
+// already closed before COMMIT (errNotSent), or when a driver returns
+// driver.ErrBadConn, which database/sql's contract reserves for operations
+// the server cannot have performed. Every other failure may have come after
+// COMMIT was sent: pgconn.SafeToRetry alone does not say so, since pgx also
+// reports a connection that broke while it read COMMIT's answer as "conn
+// closed", safe to retry.
 func commitSent(err error) bool {
-	return err != context.Canceled && !pgconn.SafeToRetry(err) && !errors.Is(err, driver.ErrBadConn)
+	var notSent *errNotSent
+	switch {
+	case err == context.Canceled, errors.As(err, &notSent), errors.Is(err, driver.ErrBadConn):
+		return false
+	case pgconn.SafeToRetry(err) && errors.Is(err, errInterrupted):
+		return false
+	}
+	return true
 }
+
+// errNotSent is a driver's error for a statement it did not send.
+type errNotSent struct{ err error }
+
+func (e *errNotSent) Error() string { return "not sent: " + e.err.Error() }
+func (e *errNotSent) Unwrap() error { return e.err }
 
 // endedTx reports the drivers' errors for a transaction that was already
 // ended: by fn, since run ends it only once.

@@ -10,6 +10,9 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -252,4 +256,61 @@ func requireLoserRoundTrips(t *testing.T, c *wirecount.Counter, n int64, idle fu
 	release()
 	require.Eventually(t, func() bool { return c.RoundTrips()-before == n+1 && idle() }, 30*time.Second, time.Millisecond,
 		"the background ROLLBACK should finish and return the connection")
+}
+
+// TestRoundTripsRunOnce: a run claims its window before fn in the lock
+// transaction. database/sql sends BEGIN, the lock statement, the claim and
+// COMMIT (four); pgx pipelines BEGIN, the lock statement and the claim, then
+// COMMIT (two). A window already done costs the claim's round trip and the
+// ROLLBACK, which returns before the call does (four and two).
+func TestRoundTripsRunOnce(t *testing.T) {
+	ctx := context.Background()
+	migrated.DB(t)
+	c := wirecount.New()
+	db, pool := countedDB(t, c), countedPool(t, c)
+	var windows atomic.Int64
+	window := func() string { return fmt.Sprintf("rt-%d", windows.Add(1)) }
+
+	t.Run("database/sql", func(t *testing.T) {
+		key := testdb.Key(t)
+		requireSteadyRoundTrips(t, c, 4, func() error {
+			return pgadvisory.RunOnce(ctx, db, key, window(), func(*sql.Tx) error { return nil })
+		})
+		requireSteadyOutcome(t, c, 4, pgadvisory.ErrAlreadyDone, func() error {
+			return pgadvisory.RunOnce(ctx, db, key, "rt-done", func(*sql.Tx) error { return nil })
+		})
+	})
+	t.Run("pgx", func(t *testing.T) {
+		key := testdb.Key(t)
+		requireSteadyRoundTrips(t, c, 2, func() error {
+			return pgadvisory.RunOncePgx(ctx, pool, key, window(), func(pgx.Tx) error { return nil })
+		})
+		requireSteadyOutcome(t, c, 2, pgadvisory.ErrAlreadyDone, func() error {
+			return pgadvisory.RunOncePgx(ctx, pool, key, "rt-done", func(pgx.Tx) error { return nil })
+		})
+	})
+	t.Run("pgx/loser", func(t *testing.T) {
+		// The claim rides along with the lock statement and writes nothing
+		// for a loser: one round trip before the call returns.
+		key := testdb.Key(t)
+		holdElsewhere(t, key)
+		op := func() error { return pgadvisory.RunOncePgx(ctx, pool, key, window(), func(pgx.Tx) error { return nil }) }
+		require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
+		require.Eventually(t, frontdoor.OnPool(pool).Idle, 30*time.Second, time.Millisecond)
+		requireLoserRoundTrips(t, c, 1, frontdoor.OnPool(pool).Idle, op)
+	})
+}
+
+// requireSteadyOutcome is requireSteadyRoundTrips for a call that returns an
+// error matching want every time (warm-up included).
+func requireSteadyOutcome(t *testing.T, c *wirecount.Counter, n int64, want error, op func() error) {
+	t.Helper()
+	if err := op(); !errors.Is(err, want) {
+		require.NoError(t, err, "warm-up")
+	}
+	for i := range 3 {
+		before := c.RoundTrips()
+		require.ErrorIs(t, op(), want)
+		require.Equal(t, n, c.RoundTrips()-before, "round trips of run %d", i)
+	}
 }
