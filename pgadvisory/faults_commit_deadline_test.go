@@ -131,7 +131,6 @@ func commitPastDeadline(t *testing.T, w *witness.Witness, run exclusiveRunner, k
 	}
 }
 
-
 // pgSyncRepPID is the backend of the last call commitPastDeadline ran.
 var pgSyncRepPID int64
 

@@ -294,7 +294,9 @@ func TestRoundTripsRunOnce(t *testing.T) {
 		// for a loser: one round trip before the call returns.
 		key := testdb.Key(t)
 		holdElsewhere(t, key)
-		op := func() error { return pgadvisory.RunOncePgx(ctx, pool, key, window(), func(pgx.Tx) error { return nil }) }
+		op := func() error {
+			return pgadvisory.RunOncePgx(ctx, pool, key, window(), func(pgx.Tx) error { return nil })
+		}
 		require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
 		require.Eventually(t, frontdoor.OnPool(pool).Idle, 30*time.Second, time.Millisecond)
 		requireLoserRoundTrips(t, c, 1, frontdoor.OnPool(pool).Idle, op)
