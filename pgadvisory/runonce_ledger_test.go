@@ -138,3 +138,29 @@ func TestRunOnceLedger(t *testing.T) {
 		require.Equal(t, "lock-method", ledger[0].holder)
 	})
 }
+
+// TestRunOnceLedgerTimes: the claim is written before fn, yet finished_at
+// is when the run committed (the deferred trigger of the migrations), after
+// fn's last statement; started_at is the claim, before fn's first one.
+func TestRunOnceLedgerTimes(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEach(t, func(t *testing.T, d frontdoor.Door) {
+		ctx := testdb.Context(t)
+		key := testdb.Key(t)
+		var fnStart, fnEnd time.Time
+		require.NoError(t, d.RunOnce(ctx, key, "2026-12-02", func(tx frontdoor.Tx) error {
+			if err := tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&fnStart); err != nil {
+				return err
+			}
+			if err := tx.Exec(ctx, "SELECT pg_sleep(0.01)"); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&fnEnd)
+		}))
+		var started, finished time.Time
+		require.NoError(t, admin.QueryRowContext(ctx, `SELECT started_at, finished_at FROM pgadvisory.run_once
+			WHERE lock_id = $1 AND window_key = '2026-12-02'`, key).Scan(&started, &finished))
+		require.False(t, started.After(fnStart), "claimed before fn ran: %v > %v", started, fnStart)
+		require.False(t, finished.Before(fnEnd), "finished at COMMIT, after fn: %v < %v", finished, fnEnd)
+	}, frontdoor.MaxConns(2))
+}
