@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -269,4 +271,19 @@ func TestRegisterCommandMatchesRegister(t *testing.T) {
 	_, err := db.Exec(`UPDATE pgadvisory.registry_declaration SET doc = doc || '.' WHERE name = 'billing.invoice'`)
 	require.NoError(t, err)
 	require.NotEqual(t, fromCLI, snapshot())
+}
+
+// TestRegisterErrorPrefix: pgadvisory's errors reach the user once
+// prefixed, as lockgen's: "lockgen: register: …", never "lockgen:
+// pgadvisory: register: …". A database without lockgen's schema makes
+// Register fail.
+func TestRegisterErrorPrefix(t *testing.T) {
+	_, url := testdb.EmptyDatabase(t)
+	file := filepath.Join(t.TempDir(), "locks.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("version: \"1\"\npackage: locks\nlocks:\n  - name: script.prefix\n"), 0o644))
+	code, _, errOut := lockgen("register", "-f", file, "-db", url)
+	require.Equal(t, exitFail, code)
+	require.True(t, strings.HasPrefix(errOut, "lockgen: register: "), errOut)
+	require.NotContains(t, errOut, "pgadvisory: register", errOut)
+	require.Contains(t, errOut, "run pgadvisory.Migrate", "the hint survives")
 }
