@@ -42,16 +42,25 @@
 //     server default says otherwise; asking for another level returns
 //     [ErrIsolationLevel].
 //   - Errors with a meaning: lock_timeout, deadlock, lock table full, backend
-//     terminated, connection lost, commit outcome unknown each map to a
-//     sentinel ([ErrLockTimeout], [ErrDeadlock], [ErrLockTableFull],
-//     [ErrConnLost], [ErrCommitUnknown]) inside an [*Error] that keeps the
-//     driver's cause for errors.As.
+//     terminated, connection lost, no connection at all, commit outcome
+//     unknown, fn ending the transaction itself each map to a sentinel
+//     ([ErrLockTimeout], [ErrDeadlock], [ErrLockTableFull], [ErrConnLost],
+//     [ErrConnect], [ErrCommitUnknown], [ErrTxEnded]) inside an [*Error]
+//     that names the lock and keeps the driver's cause for errors.As. COMMIT
+//     is unknown only once it was sent: the package owns the transaction's
+//     context, so it knows. [ErrLocked] and [ErrAlreadyDone] are *Errors
+//     too; test every kind with errors.Is, and read Op to tell "fn was not
+//     called" (Op "lock", "run-once") from "fn ran and a nested call failed
+//     so" (Op "fn").
 //   - Panics and cancelation: fn panicking rolls back and re-panics; a
 //     canceled context rolls back and the error wraps ctx.Err().
 //
 // # Options
 //
-// Options adjust one call; [Lock.With] gives a lock default options.
+// Options adjust one call; [Lock.With] gives a lock default options. An
+// option that does not apply to the call, or a combination that cannot work
+// (RunOnce with WithShared or a read-only transaction), is refused with
+// [ErrInvalidArgument] before anything is sent (see [Option]).
 //
 //   - [WithWait]: wait for the lock, up to a timeout the server enforces
 //     ([ErrLockTimeout]).

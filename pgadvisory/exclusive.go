@@ -14,13 +14,18 @@ import (
 //
 // It begins a READ COMMITTED transaction and takes the lock in its own
 // statement, so fn's statements see everything the previous holder committed.
-// If the lock is held elsewhere it returns [ErrLocked] without calling fn. If
-// fn returns an error the transaction is rolled back and that error returned
-// (wrapped in an [*Error] when it has a known kind, such as [ErrDeadlock]). If
-// fn panics, the transaction is rolled back and the panic continues. If ctx is
-// done before or during the call, the error wraps ctx.Err() and nothing is
-// committed. Otherwise the transaction commits; a failed COMMIT is reported,
-// as [ErrCommitUnknown] when the connection broke during it.
+// If the lock is held elsewhere it returns an error matching [ErrLocked]
+// (Op "lock") without calling fn. If fn returns an error the transaction is
+// rolled back and that error returned (wrapped in an [*Error] with Op "fn"
+// when it has a known kind, such as [ErrDeadlock], or matches ErrLocked or
+// ErrAlreadyDone). If fn panics, the transaction is rolled back and the panic
+// continues. If fn ends the transaction itself, the call reports
+// [ErrTxEnded]. If ctx is done before COMMIT is sent, the error wraps
+// ctx.Err() and nothing is committed. Otherwise the transaction commits; a
+// COMMIT the server rejected is reported as rolled back, and one that was
+// sent without a definite answer (the connection broke, ctx ended while it
+// waited, the server ended the session) as [ErrCommitUnknown]. A failure to
+// connect is [ErrConnect] (Op "connect").
 //
 // Round trips: BEGIN, the lock statement, COMMIT, as in a hand-written
 // version; options add none. [RunExclusivePgx] needs two.

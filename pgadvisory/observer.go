@@ -13,8 +13,8 @@ type EventKind int
 // The events a call reports to its observer, in order: Acquired or Contended
 // first, then Released once the transaction (or session) ends. Error is
 // reported when a step before fn fails (getting a connection, the lock
-// statement, a standby, publishing the fencing token, the run-once ledger
-// check) or a session lock is lost; a failure of fn or COMMIT comes with
+// statement, a standby, publishing the fencing token, the run-once claim)
+// or a session lock is lost; a failure of fn or COMMIT comes with
 // Released. A call refused for a bad argument or option reports nothing.
 const (
 	// EventAcquired: the locks were granted. Event.Wait is the time from the
@@ -58,15 +58,15 @@ type Event struct {
 	// Wait is how long taking the locks took (EventAcquired): from the
 	// start of the call to the grant, including getting a connection, BEGIN,
 	// the lock statement's round trip and any wait for the lock (WithWait),
-	// publishing the fencing token (WithFencing) and the run-once ledger
-	// check (RunOnce).
+	// publishing the fencing token (WithFencing) and the run-once claim
+	// (RunOnce).
 	Wait time.Duration
 	// Held is how long the locks were held (EventReleased): from the grant
 	// to the end of COMMIT or ROLLBACK (for session locks, the unlock), when
 	// the server released them.
 	Held time.Duration
 	// Err is the error of the call (EventError, EventContended, and
-	// EventReleased when fn, the run-once ledger row or COMMIT failed, or fn
+	// EventReleased when fn or COMMIT failed, or fn
 	// panicked); nil otherwise.
 	Err error
 }
