@@ -71,6 +71,13 @@
 // Go, lockgen register from a locks.yaml, lockgen status reads the view.
 // Down drops 00003's objects.
 //
+// 00004_run_once_finish.sql adds the deferred constraint trigger
+// run_once_finish on pgadvisory.run_once and its function
+// pgadvisory.run_once_finish() (SECURITY DEFINER): a new row's finished_at
+// is set when its transaction commits. pgadvisory.RunOnce claims a window
+// before fn runs, so the row cannot know the end of the run when it is
+// written. Down drops both.
+//
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
 // application's goose_db_version. The table lives outside the pgadvisory
