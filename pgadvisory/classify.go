@@ -142,6 +142,10 @@ func (c *config) txEnded(ctx context.Context, fnErr error) error {
 	return &Error{Op: "fn", LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: ErrTxEnded, Err: withContext(ctx, fnErr)}
 }
 
+// errCommitNotSent is the cause of a COMMIT that ctx stopped before it was
+// sent.
+var errCommitNotSent = errors.New("COMMIT was not sent; nothing was committed")
+
 // commitFailure is the error for a failed COMMIT. What it says follows
 // from whether COMMIT was sent (see commitOutcome) and what answered it.
 func (c *config) commitFailure(ctx context.Context, err error, sent bool) error {
@@ -149,7 +153,8 @@ func (c *config) commitFailure(ctx context.Context, err error, sent bool) error 
 	switch {
 	case !sent && ctx.Err() != nil:
 		// ctx ended before COMMIT left: the transaction was rolled back.
-		err = fmt.Errorf("COMMIT was not sent, nothing was committed: %w", err)
+		// The driver's error only repeats that (a context error).
+		err = errCommitNotSent
 	case !sent:
 		kind = ErrConnLost
 	default:
@@ -190,7 +195,11 @@ func commitAnswer(err error) error {
 func fatal(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+		severity := pgErr.SeverityUnlocalized // PostgreSQL 9.6+: never translated
+		if severity == "" {
+			severity = pgErr.Severity
+		}
+		return severity == "FATAL" || severity == "PANIC"
 	}
 	return classify(err) == ErrConnLost
 }

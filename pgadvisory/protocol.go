@@ -163,6 +163,9 @@ func (c *config) commit(ctx context.Context, txc *txContext, d txDriver) error {
 		// database/sql's Tx was ended, and not by its context: by fn.
 		return c.txEnded(ctx, nil)
 	}
+	// ErrTxDone with ctx ended during the step means database/sql rolled
+	// back on its own, or fn had ended the transaction: no answer says
+	// which, so commitSent leaves it unknown.
 	return c.commitFailure(ctx, err, commitSent(err))
 }
 
