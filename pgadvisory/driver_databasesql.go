@@ -43,6 +43,8 @@ func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool
 	return res, nil
 }
 
+func (d *databaseSQLTx) beginsUnderTxContext() bool { return true }
+
 func (d *databaseSQLTx) txKey() any { return d.tx }
 
 func (d *databaseSQLTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {

@@ -111,6 +111,8 @@ type recordedRow struct{}
 
 func (recordedRow) Scan(...any) error { return errRecorded }
 
+func (d *pgxTx) beginsUnderTxContext() bool { return false }
+
 func (d *pgxTx) txKey() any { return d.tx }
 
 func (d *pgxTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {

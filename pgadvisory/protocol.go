@@ -22,6 +22,9 @@ type txDriver interface {
 	// statement does so and says so in lockResult. On error the driver has
 	// already ended whatever transaction it started.
 	begin(ctx context.Context, txc *txContext, readOnly bool, st lockStatement, claim *runClaim) (lockResult, error)
+	// beginsUnderTxContext reports whether the driver's transaction keeps
+	// the context it began with (database/sql): begin then needs txc.
+	beginsUnderTxContext() bool
 	// txKey identifies the open transaction (the value fn receives).
 	txKey() any
 	// publish makes token the published fencing token of lockID on another
@@ -83,8 +86,11 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 			"while the lock transaction holds one, and this pool allows only 1; allow at least 2"))
 	}
 	start := time.Now()
-	txc := newTxContext(ctx)
-	defer txc.release()
+	var txc *txContext // made when a driver step needs it (see txContext)
+	if d.beginsUnderTxContext() {
+		txc = newTxContext(ctx)
+	}
+	defer func() { txc.release() }()
 	var claim *runClaim
 	if c.runOnce {
 		claim = c.runClaim()
@@ -137,6 +143,9 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 		}
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
 		return err
+	}
+	if txc == nil {
+		txc = newTxContext(ctx)
 	}
 	if err := c.commit(ctx, txc, d); err != nil {
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})

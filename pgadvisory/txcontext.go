@@ -13,9 +13,10 @@ var errInterrupted = errors.New("interrupted: the call's context is done")
 // transaction run under. The protocol owns it so that it knows whether
 // COMMIT was sent:
 //
-//   - It follows the caller's context only while linked (during BEGIN and
-//     COMMIT), so database/sql does not roll the transaction back on its
-//     own while fn runs; run does that, once fn has returned.
+//   - It follows the caller's context only while linked (during COMMIT,
+//     and during BEGIN for database/sql, whose transaction keeps the context
+//     it began with), so database/sql does not roll the transaction back on
+//     its own while fn runs; run does that, once fn has returned.
 //   - Its Err is errInterrupted, never context.Canceled. database/sql's
 //     Tx.Commit refuses to send COMMIT once the transaction's context is
 //     done and returns a bare context.Canceled then (the context it derives
