@@ -46,7 +46,10 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     tables) and the run-once ledger pgadvisory.run_once;
 //   - 00003_registry: the lock registry (pgadvisory.registry_declaration,
 //     pgadvisory.registry, pgadvisory.register_instance) that [Register]
-//     fills, and the view pgadvisory.status that lockgen status reads.
+//     fills, and the view pgadvisory.status that lockgen status reads;
+//   - 00004_run_once_finish: the deferred trigger that sets a run-once
+//     ledger row's finished_at when its transaction commits ([RunOnce]
+//     claims its window before fn runs).
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and takes no lock. Concurrent callers (every replica at start-up) are

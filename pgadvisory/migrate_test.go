@@ -148,7 +148,8 @@ func TestMigrateDownKeepsForeignObjects(t *testing.T) {
 	_, err := db.Exec(`CREATE TABLE pgadvisory.not_lockgens (id int)`)
 	require.NoError(t, err)
 
-	// 00003 and 00002 go down; 00001 fails and its Down rolls back as a whole.
+	// Every migration after 00001 goes down; 00001 fails and its Down rolls
+	// back as a whole.
 	_, err = gooseProvider(t, db).DownTo(ctx, 0)
 	require.Error(t, err)
 	require.True(t, schemaExists(t, db))
