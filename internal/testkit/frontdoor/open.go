@@ -21,11 +21,16 @@ type Option func(*openConfig)
 
 type openConfig struct {
 	maxConns  int
+	url       string // "" means the package database (testdb)
 	configure []func(*pgx.ConnConfig)
 }
 
 // MaxConns bounds the pool to n connections (database/sql: open and idle).
 func MaxConns(n int) Option { return func(c *openConfig) { c.maxConns = n } }
+
+// URL opens the pool on the database at url (a throwaway cluster's, a
+// PgBouncer's) instead of the package database.
+func URL(url string) Option { return func(c *openConfig) { c.url = url } }
 
 // Settings sets server settings (runtime parameters, such as
 // idle_in_transaction_session_timeout) on every connection of the pool.
@@ -44,8 +49,8 @@ func Configure(edit func(*pgx.ConnConfig)) Option {
 	return func(c *openConfig) { c.configure = append(c.configure, edit) }
 }
 
-// Open opens a new pool of driver drv on the package database (testdb) and
-// returns its door. The pool is pinged before Open returns and closed when t
+// Open opens a new pool of driver drv on the package database (testdb), or
+// on the database given with [URL], and returns its door. The pool is pinged before Open returns and closed when t
 // ends; closing a pgx pool waits at most 30s for connections a failed test
 // left checked out, and reports them.
 func Open(t testing.TB, drv Driver, opts ...Option) Door {
@@ -54,11 +59,14 @@ func Open(t testing.TB, drv Driver, opts ...Option) Door {
 	for _, o := range opts {
 		o(&c)
 	}
+	if c.url == "" {
+		c.url = testdb.URL(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	switch drv {
 	case SQL:
-		cfg, err := pgx.ParseConfig(testdb.URL(t))
+		cfg, err := pgx.ParseConfig(c.url)
 		require.NoError(t, err)
 		for _, edit := range c.configure {
 			edit(cfg)
@@ -70,7 +78,7 @@ func Open(t testing.TB, drv Driver, opts ...Option) Door {
 		require.NoError(t, db.PingContext(ctx))
 		return OnDB(db)
 	case Pgx:
-		cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+		cfg, err := pgxpool.ParseConfig(c.url)
 		require.NoError(t, err)
 		cfg.MaxConns = int32(c.maxConns)
 		for _, edit := range c.configure {
