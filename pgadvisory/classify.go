@@ -31,6 +31,8 @@ func classify(err error) error {
 		return ErrDeadlock
 	case code == "53200":
 		return ErrLockTableFull
+	case code == "08P01" && isStatementPooler(err):
+		return ErrStatementPooler
 	case code == "57P01", code == "57P02", code == "57P03", code == "25P03", strings.HasPrefix(code, "08"):
 		return ErrConnLost
 	case code == "LF001":
@@ -51,6 +53,16 @@ func classify(err error) error {
 		return ErrConnLost
 	}
 	return nil
+}
+
+// isStatementPooler reports PgBouncer's refusal of a transaction in
+// statement mode: "transaction blocks not allowed in statement pooling
+// mode", SQLSTATE 08P01 (a protocol violation, which the server itself
+// raises only for a broken client). PgBouncer's messages are not
+// translated, so its wording is a reliable sign.
+func isStatementPooler(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, "statement pooling mode")
 }
 
 // isConnFailure reports errors that mean the connection is gone, as the

@@ -3,6 +3,7 @@ package pgadvisory
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -98,6 +99,15 @@ var (
 	// RunExclusive works.
 	ErrTransactionPooler = errors.New("pgadvisory: connection goes through a pooler; session locks would leak to other clients (use RunExclusive, or connect directly)")
 
+	// ErrStatementPooler reports that the connection goes through a pooler
+	// in statement mode (PgBouncer with pool_mode=statement), which refuses
+	// transactions (SQLSTATE 08P01, "transaction blocks not allowed in
+	// statement pooling mode") and hands the server connection to other
+	// clients after every statement: neither transaction locks nor session
+	// locks can work there. Nothing was committed. Do not retry: connect
+	// directly, or through a pool in transaction mode for [RunExclusive].
+	ErrStatementPooler = errors.New("pgadvisory: connection goes through a pooler in statement mode, which refuses transactions; no advisory lock can work there (connect directly, or use transaction pooling for RunExclusive)")
+
 	// ErrStaleToken reports a fencing token that is no longer the published
 	// one (SQLSTATE LF001): a newer holder took the lock, so this holder lost
 	// it and must stop writing. Do not retry the write.
@@ -187,13 +197,7 @@ type Error struct {
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("pgadvisory: ")
-	switch len(e.LockIDs) {
-	case 0:
-	case 1:
-		fmt.Fprintf(&b, "lock %d", e.LockIDs[0])
-	default:
-		fmt.Fprintf(&b, "locks %v", e.LockIDs)
-	}
+	writeLockIDs(&b, e.LockIDs)
 	if e.Name != "" {
 		fmt.Fprintf(&b, " (%s)", e.Name)
 	}
@@ -213,6 +217,36 @@ func (e *Error) Error() string {
 		b.WriteString(e.Err.Error())
 	}
 	return b.String()
+}
+
+// shownLockIDs is how many IDs of a set an error message lists before it
+// says how many there are in all.
+const shownLockIDs = 5
+
+// writeLockIDs writes "lock 42", "locks [1 2 3]" or, for a set larger than
+// shownLockIDs, its first IDs and the count: "locks [1 2 3 4 5 … (1000 in
+// all)]", so that a call on thousands of locks keeps a readable message.
+func writeLockIDs(b *strings.Builder, ids []int64) {
+	switch len(ids) {
+	case 0:
+		return
+	case 1:
+		b.WriteString("lock ")
+		b.WriteString(strconv.FormatInt(ids[0], 10))
+		return
+	}
+	b.WriteString("locks [")
+	for i, id := range ids {
+		if i == shownLockIDs && len(ids) > shownLockIDs+1 {
+			fmt.Fprintf(b, " … (%d in all)", len(ids))
+			break
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	b.WriteByte(']')
 }
 
 // opPhrase is how the message says op; the other ops read as themselves.
