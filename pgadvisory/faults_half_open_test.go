@@ -23,11 +23,12 @@ import (
 
 // TestFaultSessionBlackhole: a session lock's link goes silent (half-open:
 // nothing moves, nothing closes) while its work runs. With
-// WithCheckInterval(100ms) the work's context is canceled with ErrLockLost
-// although no error ever arrives, and the call reports ErrLockLost. The
-// server, which has heard nothing, still holds the lock until the link heals
-// and the client's close gets through. Control: through the same proxy
-// without the blackhole, ten intervals pass without a cancelation.
+// WithCheckInterval(100ms) and WithCheckTimeout(200ms) the work's context is
+// canceled with ErrLockLost although no error ever arrives (the check that
+// does not answer within its timeout), and the call reports ErrLockLost.
+// The server, which has heard nothing, still holds the lock until the link
+// heals and the client's close gets through. Control: through the same
+// proxy without the blackhole, ten intervals pass without a cancelation.
 func TestFaultSessionBlackhole(t *testing.T) {
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
@@ -36,6 +37,7 @@ func TestFaultSessionBlackhole(t *testing.T) {
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(2), frontdoor.Configure(px.Route))
 		t.Cleanup(func() { px.Blackhole(false) })
 		interval := pgadvisory.WithCheckInterval(100 * time.Millisecond)
+		timeout := pgadvisory.WithCheckTimeout(200 * time.Millisecond)
 
 		t.Run("blackholed", func(t *testing.T) {
 			key := testdb.Key(t)
@@ -51,7 +53,7 @@ func TestFaultSessionBlackhole(t *testing.T) {
 				detect = time.Since(start)
 				cause = context.Cause(fctx)
 				return fctx.Err()
-			}, interval)
+			}, interval, timeout)
 			returned := time.Since(start)
 			t.Logf("%s: work canceled %v after the blackhole, call returned after %v", drv, detect, returned)
 			require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
@@ -59,6 +61,7 @@ func TestFaultSessionBlackhole(t *testing.T) {
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, "watch", pe.Op)
+			require.ErrorContains(t, err, "did not answer within 200ms")
 
 			require.Len(t, w.Holds(t, key), 1, "the server has heard nothing and still holds the lock")
 			px.Blackhole(false)
@@ -76,7 +79,7 @@ func TestFaultSessionBlackhole(t *testing.T) {
 				}
 				w.Holder(t, key)
 				return nil
-			}, interval))
+			}, interval, timeout))
 			require.Empty(t, w.Holds(t, key))
 		})
 	})

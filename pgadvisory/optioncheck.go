@@ -44,6 +44,7 @@ const (
 	optCheckInterval
 	optFencing
 	optHolder
+	optCheckTimeout
 	optCount = iota
 )
 
@@ -66,6 +67,7 @@ var optionRules = [optCount]optionRule{
 	{"WithCheckInterval", famSession, "only a session lock is checked while fn runs"},
 	{"WithFencing", famTx, "the token is issued and published in the lock transaction"},
 	{"WithHolder", famOnce, "it names the holder in the run-once ledger"},
+	{"WithCheckTimeout", famSession, "only a session lock is checked while fn runs"},
 }
 
 // mark records that the option of kind k is applied, and where it comes

@@ -21,10 +21,10 @@ import (
 // is sent, whether it was passed to the call or declared with the lock
 // (the message says which):
 //
-//   - [WithHolder] applies to RunOnce only; [WithCheckInterval] to
-//     RunSession only; [WithTxOptions], [WithPgxTxOptions] and
-//     [WithFencing] to the transaction-scoped calls (RunExclusive,
-//     RunExclusiveRepo, RunOnce), not to RunSession.
+//   - [WithHolder] applies to RunOnce only; [WithCheckInterval] and
+//     [WithCheckTimeout] to RunSession only; [WithTxOptions],
+//     [WithPgxTxOptions] and [WithFencing] to the transaction-scoped calls
+//     (RunExclusive, RunExclusiveRepo, RunOnce), not to RunSession.
 //   - [WithTxOptions] and [WithPgxTxOptions] together: give one.
 //   - RunOnce with [WithShared]: two shared holders would both run fn for
 //     one window.
@@ -57,6 +57,10 @@ type config struct {
 	given     optionSet // the options applied, by the call or declared with the lock
 	declared  optionSet // those of them that the lock declared (Lock.With)
 	declaring bool      // applying a Lock's declared options
+
+	// session locks: the bound of one check and of the release
+	// (WithCheckTimeout)
+	checkTimeout time.Duration
 
 	// run-once calls
 	runOnce      bool
@@ -139,8 +143,11 @@ func WithObserver(observe func(Event)) Option {
 
 // WithCheckInterval sets how often a session lock ([RunSession],
 // [RunSessionPgx]) checks that its connection is alive and still holds the
-// lock. The work's context is canceled within about one interval of a loss.
-// The default is 1s.
+// lock: the pause between the end of one check and the start of the next.
+// A lock lost in a way the server reports (its backend terminated, the
+// connection closed or reset) cancels the work's context within about one
+// interval; a link that goes silent (half-open) within about one interval
+// plus the check timeout ([WithCheckTimeout]). The default is 1s.
 func WithCheckInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optCheckInterval)
@@ -149,6 +156,27 @@ func WithCheckInterval(d time.Duration) Option {
 			return
 		}
 		c.interval = d
+	})
+}
+
+// WithCheckTimeout bounds each check of a session lock ([WithCheckInterval])
+// and its release when fn returns: a check that has not answered after d
+// counts as a lost connection (the connection is closed, which ends the
+// session and its locks on the server), because a link that stays silent
+// cannot be told from a dead one. A check that is merely slow (a busy
+// server or client, a long garbage-collection pause) is not a loss, so d
+// is independent of the interval and generous by default: 5s. Lower it to
+// notice a half-open link sooner, at the risk of dropping a healthy lock
+// when a check takes longer than d. With the defaults, a silent link
+// cancels the work within about 6s (interval plus check timeout).
+func WithCheckTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.mark(optCheckTimeout)
+		if d <= 0 {
+			c.setErr(ErrInvalidArgument, fmt.Errorf("WithCheckTimeout: timeout must be positive, got %v", d))
+			return
+		}
+		c.checkTimeout = d
 	})
 }
 
@@ -189,9 +217,13 @@ func (c *config) setErr(kind, err error) {
 // WithCheckInterval.
 const defaultCheckInterval = time.Second
 
+// defaultCheckTimeout bounds a session lock's check and release without
+// WithCheckTimeout.
+const defaultCheckTimeout = 5 * time.Second
+
 // newConfig resolves the options of a call on lockID.
 func newConfig(lockID int64, opts []Option) (*config, error) {
-	c := &config{ids: []int64{lockID}, interval: defaultCheckInterval}
+	c := &config{ids: []int64{lockID}, interval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
 	for _, opt := range opts {
 		if opt == nil {
 			continue

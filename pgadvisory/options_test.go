@@ -230,6 +230,8 @@ func TestOptionInvalidArguments(t *testing.T) {
 		"WithWait(-1s)":          pgadvisory.WithWait(-time.Second),
 		"WithCheckInterval(-1s)": pgadvisory.WithCheckInterval(-time.Second),
 		"WithCheckInterval(0)":   pgadvisory.WithCheckInterval(0),
+		"WithCheckTimeout(-1s)":  pgadvisory.WithCheckTimeout(-time.Second),
+		"WithCheckTimeout(0)":    pgadvisory.WithCheckTimeout(0),
 	}
 	calls := map[string]func() error{
 		"RunExclusive nil db":       func() error { return pgadvisory.RunExclusive(ctx, nilDB, key, txFn) },

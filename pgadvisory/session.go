@@ -180,10 +180,11 @@ func joinErr(lost, fnErr error) error {
 }
 
 // releaseSession unlocks c's locks on conn and returns it to the pool; if
-// the unlock fails or finds a lock missing, conn is closed instead so that
-// nothing can stay locked on a pooled connection.
+// the unlock fails, finds a lock missing or does not answer within the
+// check timeout, conn is closed instead so that nothing can stay locked on
+// a pooled connection.
 func (c *config) releaseSession(ctx context.Context, conn sessionConn) {
-	rctx, cancel := cleanupContext(ctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
 	defer cancel()
 	query, args := c.unlockSQL()
 	var released int32
