@@ -62,6 +62,9 @@ type config struct {
 	// (WithCheckTimeout)
 	checkTimeout time.Duration
 
+	// ids as the text of a bigint array, once built (idsArg)
+	idsText string
+
 	// run-once calls
 	runOnce      bool
 	ledgerLockID int64 // the lock ID the run-once ledger is keyed by

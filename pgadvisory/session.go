@@ -128,8 +128,7 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 	}
 	if !granted {
 		if len(c.ids) > 1 {
-			// Some locks of the set may have been granted.
-			c.releaseSession(ctx, conn)
+			c.releasePartial(ctx, conn) // the locks before the first one held elsewhere
 		} else {
 			conn.release()
 		}
@@ -187,8 +186,23 @@ func (c *config) releaseSession(ctx context.Context, conn sessionConn) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
 	defer cancel()
 	query, args := c.unlockSQL()
-	var released int32
+	var released int64
 	if err := conn.queryRow(rctx, query, args, &released); err != nil || int(released) != len(c.ids) {
+		conn.discard()
+		return
+	}
+	conn.release()
+}
+
+// releasePartial releases the locks of a set that its try statement took
+// before it found one held elsewhere, and returns conn to the pool; if that
+// fails conn is closed instead.
+func (c *config) releasePartial(ctx context.Context, conn sessionConn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
+	defer cancel()
+	query, args := c.unlockHeldSQL()
+	var released int64
+	if err := conn.queryRow(rctx, query, args, &released); err != nil {
 		conn.discard()
 		return
 	}

@@ -7,52 +7,66 @@ import (
 	"time"
 )
 
-// statementShape is what the text of a lock statement depends on.
-type statementShape struct {
-	n                                       int
+// lockShape is what the text of a lock statement depends on.
+type lockShape struct {
+	// set: more than one ID. The IDs then travel as one parameter, a bigint
+	// array in ascending order, so a statement has at most four parameters
+	// however many locks it takes (the protocol allows 65,535) and its text
+	// does not grow with the set.
+	set                                     bool
 	shared, wait, timeout, session, fencing bool
 	granted                                 bool // set pgadvisory.granted (a run-once claim follows)
 }
 
-var statementCache sync.Map // statementShape -> string
+var statementCache sync.Map // lockShape -> string
 
-// lockSQL returns the SQL text and arguments of the lock statement: the
-// single SQL statement that takes every lock of a call. It returns (granted
-// bool, standby bool) and a third column for session locks (the backend
-// pid) and fenced calls (the fencing token, NULL unless granted). The
-// statement of a run-once call also sets the transaction-local setting
-// pgadvisory.granted to 'on' once every lock is granted, for the claim that
-// follows it. Folding the hot-standby check (pg_is_in_recovery) and the wait
-// timeout (set_config('lock_timeout', …, true)) into it keeps them free of
-// extra round trips:
+// The lock statement is the single SQL statement that takes every lock of
+// a call. It returns (granted bool, standby bool), and a third column for
+// session locks (the backend pid) and fenced calls (the fencing token,
+// NULL unless granted). The statement of a run-once call also sets the
+// transaction-local setting pgadvisory.granted to 'on' once every lock is
+// granted, for the claim that follows it. Folding the hot-standby check (pg_is_in_recovery)
+// and the wait timeout (set_config('lock_timeout', …, true)) into it keeps
+// them free of extra round trips. One ID, without waiting, the transaction
+// lock's fast path:
 //
 //	SELECT pg_try_advisory_xact_lock($1), pg_is_in_recovery()
-//	SELECT pg_advisory_xact_lock_shared($1)::text = '' AND pg_advisory_xact_lock_shared($2)::text = ''
+//
+// A set, waiting up to a timeout:
+//
+//	SELECT NOT EXISTS (SELECT FROM unnest($1::text::bigint[]) AS lock(id)
+//	                   WHERE pg_advisory_xact_lock(lock.id)::text <> '')
 //	       AND set_config('lock_timeout', lock_timeout.previous, true) IS NOT NULL,
 //	       pg_is_in_recovery()
 //	  FROM (SELECT current_setting('lock_timeout') AS previous,
-//	               set_config('lock_timeout', $3, true)) AS lock_timeout
+//	               set_config('lock_timeout', $2, true)) AS lock_timeout
 //
-// A session-lock statement takes its locks only on the backend whose pid the
-// caller checked just before ($last = pg_backend_pid(), else the locks come
-// back false): behind a transaction-pooling PgBouncer the statement may land
-// on another server connection, where a session lock would outlive the
-// client's session. The caller compares the returned pid and refuses.
+// unnest yields the IDs in array order, which is ascending, and the
+// subquery's filter takes them one by one in that order: waiting callers
+// take overlapping sets in the same order and cannot deadlock each other.
+// Trying (pg_try_…), the EXISTS stops at the first lock that is not
+// granted, as a chain of ANDs would; the caller then releases (session
+// locks) or rolls back (transaction locks) what the statement took, so a
+// set is taken whole or not at all.
 //
-// The FROM subquery is evaluated before the select list, so the timeout is in
-// force when the first wait starts; once every lock is granted the previous
-// value comes back, so the timeout does not apply to fn's statements.
-// set_config's is_local=true scopes both to the transaction (or to the
-// implicit one of a session-lock statement). IDs arrive sorted, so waiting
-// callers take overlapping sets in the same order and cannot deadlock each
-// other.
+// A waiting statement with a timeout sets lock_timeout. The FROM subquery
+// runs before the select list (it is not flattened, as it calls a volatile
+// function), so the timeout is in force when the first wait starts; once
+// every lock is granted the previous value comes back, so it does not
+// apply to fn's statements. set_config's is_local=true scopes both to the
+// transaction (or to the implicit one of a session-lock statement).
+//
+// A session-lock statement takes its locks only on the backend whose pid
+// the caller checked just before ($pid = pg_backend_pid(), else the locks
+// come back false and nothing is taken): behind a transaction-pooling
+// PgBouncer the statement may land on another server connection, where a
+// session lock would outlive the client's session. The caller compares the
+// returned pid and refuses.
 func (c *config) lockSQL(session bool) (string, []any) {
-	shape := statementShape{n: len(c.ids), shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0, session: session,
-		fencing: c.fencing && !session, granted: c.runOnce && !session}
-	args := make([]any, 0, len(c.ids)+1)
-	for _, id := range c.ids {
-		args = append(args, id)
-	}
+	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0,
+		session: session, fencing: c.fencing && !session, granted: c.runOnce && !session}
+	args := make([]any, 0, 2)
+	args = append(args, c.idsArg())
 	if shape.timeout {
 		args = append(args, lockTimeoutSetting(c.timeout))
 	}
@@ -64,6 +78,32 @@ func (c *config) lockSQL(session bool) (string, []any) {
 	return s, args
 }
 
+// idsArg is the first parameter of a call's statements: the ID itself, or
+// for a set the IDs as the text of a bigint array ("{1,2,3}"; text, so
+// that every database/sql driver can pass it), built once per call.
+func (c *config) idsArg() any {
+	if len(c.ids) == 1 {
+		return c.ids[0]
+	}
+	if c.idsText == "" {
+		c.idsText = arrayLiteral(c.ids)
+	}
+	return c.idsText
+}
+
+// arrayLiteral renders ids as the text of a PostgreSQL bigint array.
+func arrayLiteral(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*20)
+	b = append(b, '{')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, '}'))
+}
+
 // txLockStatement is the lock statement of a transaction-scoped call.
 func (c *config) txLockStatement() lockStatement {
 	query, args := c.lockSQL(false)
@@ -71,7 +111,7 @@ func (c *config) txLockStatement() lockStatement {
 }
 
 // buildLockSQL writes the lock statement of shape s.
-func buildLockSQL(s statementShape) string {
+func buildLockSQL(s lockShape) string {
 	fn := "pg_"
 	if !s.wait {
 		fn += "try_"
@@ -84,6 +124,16 @@ func buildLockSQL(s statementShape) string {
 	if s.shared {
 		fn += "_shared"
 	}
+	param := 1
+	next := func() string { param++; return "$" + strconv.Itoa(param) }
+	var timeoutParam, pidParam string
+	if s.timeout {
+		timeoutParam = next()
+	}
+	if s.session {
+		pidParam = next()
+	}
+
 	var b strings.Builder
 	if s.fencing {
 		// A fenced call also draws a token, only when the locks were granted
@@ -95,12 +145,8 @@ func buildLockSQL(s statementShape) string {
 	}
 	b.WriteString("SELECT ")
 	if s.session {
-		pidParam := s.n + 1
-		if s.timeout {
-			pidParam++
-		}
-		b.WriteString("COALESCE(CASE WHEN pg_backend_pid() = $")
-		b.WriteString(strconv.Itoa(pidParam))
+		b.WriteString("COALESCE(CASE WHEN pg_backend_pid() = ")
+		b.WriteString(pidParam)
 		b.WriteString(" THEN (")
 	}
 	if s.granted {
@@ -110,17 +156,15 @@ func buildLockSQL(s statementShape) string {
 		// after the locks were granted.
 		b.WriteString("CASE WHEN ")
 	}
-	for i := 1; i <= s.n; i++ {
-		if i > 1 {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(fn)
-		b.WriteString("($")
-		b.WriteString(strconv.Itoa(i))
-		b.WriteString(")")
-		if s.wait {
-			b.WriteString("::text = ''") // the waiting functions return void
-		}
+	switch {
+	case !s.set && s.wait:
+		b.WriteString(fn + "($1)::text = ''") // the waiting functions return void
+	case !s.set:
+		b.WriteString(fn + "($1)")
+	case s.wait:
+		b.WriteString("NOT EXISTS (SELECT FROM unnest($1::text::bigint[]) AS lock(id) WHERE " + fn + "(lock.id)::text <> '')")
+	default:
+		b.WriteString("NOT EXISTS (SELECT FROM unnest($1::text::bigint[]) AS lock(id) WHERE NOT " + fn + "(lock.id))")
 	}
 	if s.timeout {
 		// Once the locks are granted, put lock_timeout back to what it was,
@@ -142,8 +186,8 @@ func buildLockSQL(s statementShape) string {
 		b.WriteString(", pg_backend_pid()")
 	}
 	if s.timeout {
-		b.WriteString(" FROM (SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $")
-		b.WriteString(strconv.Itoa(s.n + 1))
+		b.WriteString(" FROM (SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', ")
+		b.WriteString(timeoutParam)
 		b.WriteString(", true)) AS lock_timeout")
 	}
 	if s.fencing {
@@ -157,47 +201,4 @@ func buildLockSQL(s statementShape) string {
 func lockTimeoutSetting(d time.Duration) string {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	return strconv.FormatInt(int64(ms), 10) + "ms"
-}
-
-// unlockSQL releases a session lock set; it returns how many of the
-// locks were held (every unlock is evaluated, none short-circuits).
-func (c *config) unlockSQL() (string, []any) {
-	fn := "pg_advisory_unlock"
-	if c.shared {
-		fn += "_shared"
-	}
-	var b strings.Builder
-	b.WriteString("SELECT ")
-	args := make([]any, len(c.ids))
-	for i, id := range c.ids {
-		if i > 0 {
-			b.WriteString(" + ")
-		}
-		args[i] = id
-		b.WriteString(fn)
-		b.WriteString("($")
-		b.WriteString(strconv.Itoa(i + 1))
-		b.WriteString(")::int")
-	}
-	return b.String(), args
-}
-
-// heldSQL counts how many of the call's keys this backend holds.
-func (c *config) heldSQL() (string, []any) {
-	var b strings.Builder
-	b.WriteString(`SELECT count(DISTINCT (classid::bigint << 32) | objid::bigint) FROM pg_catalog.pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()
-  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-  AND ((classid::bigint << 32) | objid::bigint) IN (`)
-	args := make([]any, len(c.ids))
-	for i, id := range c.ids {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		args[i] = id
-		b.WriteString("$")
-		b.WriteString(strconv.Itoa(i + 1))
-	}
-	b.WriteString(")")
-	return b.String(), args
 }

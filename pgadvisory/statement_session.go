@@ -1,0 +1,61 @@
+package pgadvisory
+
+// The statements of a session lock besides the lock statement (statement.go).
+// Each takes the call's IDs as its first parameter (see config.idsArg), so
+// one statement serves a set of any size, and a connection that carries
+// several lock sets can run them per set.
+
+// unlockSQL releases a session lock set and returns how many of its locks
+// this backend held (every unlock is evaluated, none short-circuits). The
+// release is verified by comparing that count with the size of the set.
+//
+//	SELECT pg_advisory_unlock($1)::int
+//	SELECT count(*) FROM unnest($1::text::bigint[]) AS lock(id) WHERE pg_advisory_unlock(lock.id)
+func (c *config) unlockSQL() (string, []any) {
+	fn := "pg_advisory_unlock"
+	if c.shared {
+		fn += "_shared"
+	}
+	if len(c.ids) == 1 {
+		return "SELECT " + fn + "($1)::int", []any{c.ids[0]}
+	}
+	return "SELECT count(*)::int FROM unnest($1::text::bigint[]) AS lock(id) WHERE " + fn + "(lock.id)", []any{c.idsArg()}
+}
+
+// heldLocks selects the advisory keys (int8 form) that this backend holds,
+// granted, in the current database.
+const heldLocks = `SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())`
+
+// heldOfSet selects the IDs of the set $1 that this backend holds. It
+// counts each key over the backend's distinct held keys and the set (whose
+// IDs are distinct): a key seen twice is both. A join of the two would
+// do, but its plan depends on estimates: for a prepared statement's
+// generic plan the planner guesses 10 elements for the array, may pick a
+// nested loop, and with 70,000 locks that is 4.9 billion comparisons per
+// check. Grouping is linear or n log n whatever the plan.
+const heldOfSet = `SELECT u.id FROM (SELECT DISTINCT held.id FROM (` + heldLocks + `) AS held(id)
+  UNION ALL SELECT unnest($1::text::bigint[])) AS u(id) GROUP BY u.id HAVING count(*) = 2`
+
+// unlockHeldSQL releases those locks of the set that this backend holds:
+// the cleanup after a set that was not granted whole (a try statement
+// stops at the first lock held elsewhere, keeping the ones before it). It
+// unlocks only what pg_locks shows held, so the locks never taken raise no
+// "you don't own a lock" warning each.
+func (c *config) unlockHeldSQL() (string, []any) {
+	fn := "pg_advisory_unlock"
+	if c.shared {
+		fn += "_shared"
+	}
+	return "SELECT count(*) FILTER (WHERE " + fn + "(held.id))::int FROM (" + heldOfSet + " OFFSET 0) AS held(id)", []any{c.idsArg()}
+}
+
+// heldSQL counts how many of the call's locks this backend holds: the
+// watcher's check.
+func (c *config) heldSQL() (string, []any) {
+	if len(c.ids) == 1 {
+		return "SELECT count(*)::int FROM (" + heldLocks + ") AS held(id) WHERE held.id = $1", []any{c.ids[0]}
+	}
+	return "SELECT count(*)::int FROM (" + heldOfSet + ") AS held(id)", []any{c.idsArg()}
+}
