@@ -88,8 +88,13 @@ var (
 	ErrIsolationLevel = errors.New("pgadvisory: only READ COMMITTED is allowed: at REPEATABLE READ or SERIALIZABLE the snapshot predates the lock and fn could read stale data")
 
 	// ErrLockLost reports that a session lock's connection died or the lock
-	// vanished while its work was running. The cause of the context given to
-	// the work (see [context.Cause]) wraps it.
+	// vanished while its work was running: found by the watcher (Op "watch";
+	// the cause of the context given to the work, see [context.Cause], wraps
+	// it) or by the release when fn returned (Op "release": the unlock found
+	// fewer locks than were taken, or the connection was dead or did not
+	// answer). Either way the work may have run, at least in part, without
+	// the lock; another holder may have run meanwhile. Use fencing where that
+	// matters.
 	ErrLockLost = errors.New("pgadvisory: session lock lost")
 
 	// ErrTransactionPooler reports that the connection goes through a pooler
@@ -172,6 +177,8 @@ var (
 //     committed); [ErrCommitUnknown] once COMMIT was sent without a
 //     definite answer.
 //   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
+//   - "release": releasing a session lock when fn returned found it lost
+//     (Kind [ErrLockLost]).
 //   - "fenced write": [RunFenced], [SetFencingToken] and their Pgx forms;
 //     Token is the token the write carried.
 //   - "migrate": [Migrate], [Migrations] and [Migrator]'s methods.
@@ -264,6 +271,8 @@ func opPhrase(op string) string {
 		return "committing"
 	case "watch":
 		return "holding the session lock"
+	case "release":
+		return "releasing the session lock"
 	case "options":
 		return "reading options"
 	}

@@ -46,6 +46,19 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	require.False(t, called)
 	require.Zero(t, len(witness.Of(direct).Holds(t, key)), "the guarded lock statement took nothing on the other backend")
 
+	// The same for a set (an array parameter, the set's own statement shape),
+	// trying and waiting.
+	k2, k3 := testdb.Key(t), testdb.Key(t)
+	for _, wait := range []pgadvisory.Option{nil, pgadvisory.WithWait(time.Second)} {
+		err = pgadvisory.RunSession(t.Context(), db, key, func(context.Context) error { called = true; return nil },
+			pgadvisory.WithLocks(k2, k3), wait)
+		require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, "lock", pe.Op, "caught by the pid the lock statement returned: %v", err)
+		require.False(t, called)
+		require.Zero(t, len(witness.Of(direct).Holds(t, key, k2, k3)), "the guarded set statement took nothing")
+	}
+
 	// Control: the same lock taken by hand leaks.
 	conn, err := db.Conn(t.Context())
 	require.NoError(t, err)
@@ -96,6 +109,45 @@ func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "watch", pe.Op)
 	require.ErrorContains(t, err, "backend holds 0 of 1 locks")
+	terminateHolders(t, direct, key)
+}
+
+// TestPgBouncerSessionReleaseNoticesMove: as in
+// TestPgBouncerSessionWatcherNoticesMove the lock's server connection is
+// taken by another client while fn runs, but fn returns before the watcher
+// checks (interval one minute). The unlock lands on the other server
+// connection, which holds none of the locks, and the release reports
+// ErrLockLost instead of success; the lock itself stays on the first server
+// connection, which the test ends. Control: pg_locks shows the lock still
+// held there, by a backend the client no longer talks to.
+func TestPgBouncerSessionReleaseNoticesMove(t *testing.T) {
+	direct := testdb.DB(t)
+	db := pidHidingDB(t)
+	key := testdb.Key(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var other *sql.Tx
+	err := pgadvisory.RunSession(ctx, db, key, func(fctx context.Context) error {
+		require.Equal(t, 1, len(witness.Of(direct).Holds(t, key)), "the lock is held on a server connection")
+		// Occupy the most recently used server connection (the lock's)
+		// until after the call returns.
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		other, err = conn.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = other.ExecContext(ctx, "SELECT 1")
+		require.NoError(t, err)
+		return nil
+	}, pgadvisory.WithCheckInterval(time.Minute))
+	require.ErrorIs(t, err, pgadvisory.ErrLockLost)
+	var pe *pgadvisory.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "release", pe.Op)
+	require.ErrorContains(t, err, "the unlock found 0 of 1 locks held")
+	holds := witness.Of(direct).Holds(t, key)
+	require.Len(t, holds, 1, "control: the lock stayed on the server connection the client lost")
+	require.NoError(t, other.Rollback())
 	terminateHolders(t, direct, key)
 }
 

@@ -16,9 +16,16 @@ import (
 // It takes one connection from db for the whole call and locks with
 // pg_try_advisory_lock (or waits, see [WithWait]). fn gets a context that is
 // canceled, with a cause wrapping [ErrLockLost], as soon as a periodic check
-// (see [WithCheckInterval]) finds that connection dead or the lock gone. The
-// lock is released when fn returns; if it cannot be released, the connection
-// is closed instead, which releases it on the server.
+// (see [WithCheckInterval] and [WithCheckTimeout]) finds that connection dead
+// or the lock gone. The lock is released when fn returns, and the release
+// verifies what it releases: if the unlock finds fewer locks than were
+// taken, or the connection is dead or does not answer, the call returns an
+// error of kind ErrLockLost (Op "release"), whatever fn returned, because
+// fn may have run without the lock, and the connection is closed, which
+// releases anything left on the server. Locks of a set ([WithLocks]) are
+// taken whole or not at all, in ascending order, in one statement whatever
+// the size of the set, and released in one statement before the call
+// returns.
 //
 // Session locks must not go through a transaction-pooling proxy: PgBouncer in
 // pool_mode=transaction hands the server connection, and the lock with it,
@@ -30,7 +37,8 @@ import (
 // backend whose pid was just read (elsewhere it takes nothing, and the call
 // returns ErrTransactionPooler), and the watcher's check counts the locks
 // held by whichever backend answers, so a session moved to another server
-// connection cancels fn's context with ErrLockLost.
+// connection cancels fn's context with ErrLockLost, and so does the
+// release's count.
 //
 // fn's own database work uses other connections and is not covered by the
 // lock the way RunExclusive's transaction is: use fencing for correctness.
@@ -149,18 +157,24 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 		w.wg.Wait()
 		lost := w.lost
 		cancel(nil)
+		var unreleased error
 		if lost != nil {
 			conn.discard()
 		} else {
-			c.releaseSession(ctx, conn)
+			unreleased = c.releaseSession(ctx, conn)
 		}
 		if r := recover(); r != nil {
 			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errors.New("pgadvisory: fn panicked")})
 			panic(r)
 		}
-		if lost != nil {
+		switch {
+		case lost != nil:
 			err = &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, err)}
-		} else if err != nil || ctx.Err() != nil {
+		case unreleased != nil:
+			e := &Error{Op: "release", LockIDs: c.ids, Name: c.name, SQLState: SQLState(unreleased), Kind: ErrLockLost, Err: joinErr(unreleased, err)}
+			c.emit(Event{Kind: EventError, Err: e})
+			err = e
+		case err != nil || ctx.Err() != nil:
 			err = c.fnFailure(ctx, err)
 		}
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
@@ -178,20 +192,31 @@ func joinErr(lost, fnErr error) error {
 	return fmt.Errorf("%w; fn returned: %w", lost, fnErr)
 }
 
-// releaseSession unlocks c's locks on conn and returns it to the pool; if
-// the unlock fails, finds a lock missing or does not answer within the
-// check timeout, conn is closed instead so that nothing can stay locked on
-// a pooled connection.
-func (c *config) releaseSession(ctx context.Context, conn sessionConn) {
+// releaseSession unlocks c's locks on conn and verifies the count: every
+// lock of the set must have been held. Then it returns conn to the pool.
+// If the unlock fails, does not answer within the check timeout, or finds
+// a lock missing, it closes conn instead (nothing can stay locked on a
+// pooled connection, and the server releases whatever the session held)
+// and returns what went wrong: the lock was lost, at the latest now.
+func (c *config) releaseSession(ctx context.Context, conn sessionConn) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
 	defer cancel()
 	query, args := c.unlockSQL()
 	var released int64
-	if err := conn.queryRow(rctx, query, args, &released); err != nil || int(released) != len(c.ids) {
+	if err := conn.queryRow(rctx, query, args, &released); err != nil {
 		conn.discard()
-		return
+		if rctx.Err() != nil {
+			return fmt.Errorf("pgadvisory: the unlock did not answer within %v (WithCheckTimeout); the connection was closed, "+
+				"so the server releases the locks once it notices: %w", c.checkTimeout, err)
+		}
+		return fmt.Errorf("pgadvisory: the unlock failed, the connection is gone: %w", err)
+	}
+	if int(released) != len(c.ids) {
+		conn.discard()
+		return fmt.Errorf("pgadvisory: the unlock found %d of %d locks held", released, len(c.ids))
 	}
 	conn.release()
+	return nil
 }
 
 // releasePartial releases the locks of a set that its try statement took
