@@ -69,11 +69,44 @@ func (d *databaseSQLTx) rollback(context.Context) (bool, error) { return false, 
 
 func (d *databaseSQLTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
 
+func (d *databaseSQLTx) pipelined() bool { return false }
+
+func (d *databaseSQLTx) statementTimeout(ctx context.Context) (text string, ms int64, err error) {
+	err = d.db.QueryRowContext(ctx, statementTimeoutSQL).Scan(&text, &ms)
+	return text, ms, err
+}
+
 // databaseSQLSession is a database/sql connection held for a session lock.
 type databaseSQLSession struct{ conn *sql.Conn }
 
 func (s *databaseSQLSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	return s.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (s *databaseSQLSession) simpleQueryRow(ctx context.Context, query string, dest ...any) error {
+	handled, err := s.withPgx(func(c *pgx.Conn) error {
+		return c.QueryRow(ctx, query, pgx.QueryExecModeSimpleProtocol).Scan(dest...)
+	})
+	if handled {
+		return err
+	}
+	return s.conn.QueryRowContext(ctx, query).Scan(dest...)
+}
+
+// withPgx runs fn on the *pgx.Conn under the connection, when the driver
+// is pgx's stdlib; handled is false for other drivers.
+func (s *databaseSQLSession) withPgx(fn func(*pgx.Conn) error) (handled bool, err error) {
+	rawErr := s.conn.Raw(func(dc any) error {
+		if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
+			handled = true
+			err = fn(pc.Conn())
+		}
+		return nil
+	})
+	if !handled && rawErr != nil {
+		return true, rawErr
+	}
+	return handled, err
 }
 
 func (s *databaseSQLSession) announcedPID() (pid uint32, ok bool) {

@@ -27,6 +27,9 @@ func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockS
 	}
 	b.BeginTx(opts)
 	locked := false
+	if st.prelude != "" {
+		b.Queue(st.prelude)
+	}
 	if st.fenced {
 		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
 			var token *int64
@@ -169,11 +172,22 @@ func (d *pgxTx) endedByFn() bool {
 
 func (d *pgxTx) maxConns() int { return int(d.pool.Config().MaxConns) }
 
+func (d *pgxTx) pipelined() bool { return true }
+
+func (d *pgxTx) statementTimeout(ctx context.Context) (text string, ms int64, err error) {
+	err = d.pool.QueryRow(ctx, statementTimeoutSQL).Scan(&text, &ms)
+	return text, ms, err
+}
+
 // pgxSession is a pgx pool connection held for a session lock.
 type pgxSession struct{ conn *pgxpool.Conn }
 
 func (s *pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	return s.conn.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (s *pgxSession) simpleQueryRow(ctx context.Context, query string, dest ...any) error {
+	return s.conn.QueryRow(ctx, query, pgx.QueryExecModeSimpleProtocol).Scan(dest...)
 }
 
 func (s *pgxSession) announcedPID() (uint32, bool) {

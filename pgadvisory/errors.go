@@ -24,7 +24,10 @@ var (
 
 	// ErrLockTimeout reports that waiting for the lock (see [WithWait]) hit the
 	// timeout, enforced by the server's lock_timeout (SQLSTATE 55P03). fn was not
-	// called. Retry later.
+	// called. Retry later. It is also the kind of a wait that the server's
+	// statement_timeout ended before WithWait's timeout ([RunExclusive] on
+	// database/sql, which cannot lift it at no cost): the error then names
+	// the setting and its value and carries SQLSTATE 57014.
 	ErrLockTimeout = errors.New("pgadvisory: timed out waiting for the lock (lock_timeout, SQLSTATE 55P03)")
 
 	// ErrDeadlock reports that the server detected a deadlock (SQLSTATE 40P01)

@@ -74,10 +74,26 @@ type config struct {
 
 // WithWait makes the call wait for the lock instead of giving up at once.
 // The server enforces timeout as lock_timeout, set for the lock statement
-// only (fn's statements run without it), so an expired wait returns
-// [ErrLockTimeout]; a timeout of 0 waits until ctx is done.
+// only (fn's statements run under the caller's settings), so an expired
+// wait returns [ErrLockTimeout]; a timeout of 0 waits until ctx is done,
+// even where the database, the role or the session sets a lock_timeout.
 // Several locks are taken in ascending ID order, so callers that wait for
 // overlapping sets cannot deadlock each other.
+//
+// The server's statement_timeout bounds every statement, the waiting one
+// too, and is armed when a statement starts, so only a statement before the
+// lock statement can lift it. Where that costs no round trip, the wait is
+// not cut short by statement_timeout: [RunExclusivePgx] (and the other pgx
+// transaction calls) send a statement that lifts it in the round trip of
+// BEGIN and the lock statement, and session locks lift it in the statement
+// that checks the connection (over pgx or pgx's database/sql driver, on a
+// direct connection); the lock statement
+// puts the caller's value back once the locks are granted, so fn's
+// statements run under it. [RunExclusive] on database/sql sends BEGIN and
+// the lock statement in separate round trips and does not lift it: a
+// statement_timeout shorter than the wait ends the wait with an error of
+// kind [ErrLockTimeout] that names the setting and its value (SQLSTATE
+// 57014), never a bare 57014.
 func WithWait(timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optWait)

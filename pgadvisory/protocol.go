@@ -42,6 +42,13 @@ type txDriver interface {
 	rollback(ctx context.Context) (ended bool, err error)
 	// maxConns is the most connections the pool may open (0: no limit).
 	maxConns() int
+	// pipelined reports whether begin sends the lock statement in the round
+	// trip of BEGIN, so that a statement before it (lockStatement.prelude)
+	// costs no round trip.
+	pipelined() bool
+	// statementTimeout reads the server's statement_timeout on one of the
+	// pool's connections: its text and its value in milliseconds.
+	statementTimeout(ctx context.Context) (string, int64, error)
 }
 
 // lockStatement is the lock statement of a transaction-scoped call, bound
@@ -51,6 +58,9 @@ type lockStatement struct {
 	sql    string
 	args   []any
 	fenced bool
+	// prelude, when not "", runs before sql in the same transaction and
+	// round trip (pipelined drivers only): see statementTimeoutPrelude.
+	prelude string
 }
 
 // lockResult is what the lock statement returned, and the run-once claim
@@ -95,9 +105,9 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	if c.runOnce {
 		claim = c.runClaim()
 	}
-	res, err := d.begin(ctx, txc, c.readOnly, c.txLockStatement(), claim)
+	res, err := d.begin(ctx, txc, c.readOnly, c.txLockStatement(d.pipelined()), claim)
 	if err != nil {
-		return c.failure(ctx, "lock", err)
+		return c.lockFailure(ctx, err, start, d.statementTimeout)
 	}
 	if res.standby {
 		c.rollbackNow(ctx, d)

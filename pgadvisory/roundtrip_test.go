@@ -179,6 +179,37 @@ func TestRoundTripsRunExclusive(t *testing.T) {
 	})
 }
 
+// TestRoundTripsRunSession: a session lock costs three round trips on a
+// direct connection (the check of the connection, the lock statement, the
+// unlock), with or without WithWait: lifting statement_timeout for the wait
+// rides in the first statement. The watcher does not check during these
+// calls (interval one minute).
+func TestRoundTripsRunSession(t *testing.T) {
+	ctx := context.Background()
+	c := wirecount.New()
+	doors := []frontdoor.Door{frontdoor.OnDB(countedDB(t, c)), frontdoor.OnPool(countedPool(t, c))}
+	noop := func(context.Context) error { return nil }
+	options := map[string]func(key int64) []pgadvisory.Option{
+		"plain":      func(int64) []pgadvisory.Option { return nil },
+		"WithWait":   func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second)} },
+		"WithWait0":  func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(0)} },
+		"WithLocks":  func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k+1, k+2)} },
+		"WithShared": func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} },
+	}
+	for _, door := range doors {
+		for name, opts := range options {
+			t.Run(door.Label()+"/"+name, func(t *testing.T) {
+				key := testdb.Key(t)
+				testdb.Key(t)
+				testdb.Key(t)
+				requireSteadyRoundTrips(t, c, 3, func() error {
+					return door.RunSession(ctx, key, noop, append(opts(key), pgadvisory.WithCheckInterval(time.Minute))...)
+				})
+			})
+		}
+	}
+}
+
 // countedPool is a one-connection pgx pool whose round trips c counts.
 func countedPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
 	t.Helper()

@@ -84,6 +84,11 @@ func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(con
 // sessionConn is a dedicated connection as the session protocol needs it.
 type sessionConn interface {
 	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	// simpleQueryRow runs a query without parameters, over the simple
+	// protocol where the driver lets the caller choose (pgx): no prepared
+	// statement that a pooler could give to another client's server
+	// connection, or mix up with another client's of the same name.
+	simpleQueryRow(ctx context.Context, query string, dest ...any) error
 	// announcedPID is the backend pid from the connection's startup
 	// (BackendKeyData), if the driver exposes it.
 	announcedPID() (uint32, bool)
@@ -92,7 +97,8 @@ type sessionConn interface {
 	discard()
 }
 
-// runSession is the session-lock protocol shared by both front doors.
+// runSession is the session-lock protocol shared by both front doors: open
+// (check the connection), lock, watch while fn runs, release and verify.
 func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
 	c.session = true
 	if err := ctx.Err(); err != nil {
@@ -103,45 +109,11 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 	if err != nil {
 		return c.failure(ctx, "begin", err)
 	}
-
-	// Refuse a pooler before taking anything: costs one round trip per call,
-	// which a long-lived session lock can afford.
-	var pid int32
-	var standby bool
-	if err := conn.queryRow(ctx, "SELECT pg_backend_pid(), pg_is_in_recovery()", nil, &pid, &standby); err != nil {
-		conn.discard()
-		return c.failure(ctx, "begin", err)
+	s, err := c.openSession(ctx, conn)
+	if err != nil {
+		return err
 	}
-	if announced, ok := conn.announcedPID(); ok && announced != uint32(pid) {
-		conn.release()
-		return c.refusal(ctx, "begin", ErrTransactionPooler, fmt.Errorf("server pid %d, announced pid %d", pid, announced))
-	}
-	if standby {
-		conn.release()
-		return c.refusal(ctx, "begin", ErrStandby, nil)
-	}
-
-	query, args := c.lockSQL(true)
-	args = append(args, pid) // locks are taken only on this backend (see lockSQL)
-	var granted bool
-	var lockPID int32
-	if err := conn.queryRow(ctx, query, args, &granted, &standby, &lockPID); err != nil {
-		// A failed statement may have left some locks of a set granted.
-		conn.discard()
-		return c.failure(ctx, "lock", err)
-	}
-	if lockPID != pid {
-		conn.discard()
-		return c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", pid, lockPID))
-	}
-	if !granted {
-		if len(c.ids) > 1 {
-			c.releasePartial(ctx, conn) // the locks before the first one held elsewhere
-		} else {
-			conn.release()
-		}
-		err := c.locked()
-		c.emit(Event{Kind: EventContended, Err: err})
+	if err := c.lockSession(ctx, conn, s, start); err != nil {
 		return err
 	}
 	acquired := time.Now()
@@ -180,6 +152,80 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
 	}()
 	return fn(workCtx)
+}
+
+// openedSession is what openSession learned about a session lock's
+// connection.
+type openedSession struct {
+	pid int32 // the server backend
+	// lifted: statement_timeout is 0 for the session until the lock
+	// statement puts previous back (a waiting call, see WithWait).
+	lifted   bool
+	previous string
+}
+
+// openSession checks a session lock's connection before anything is
+// locked: a pooler (a backend pid other than the one announced at
+// startup) and a standby are refused, and a waiting call lifts
+// statement_timeout where that is safe. On error the connection has been
+// released or discarded.
+func (c *config) openSession(ctx context.Context, conn sessionConn) (openedSession, error) {
+	var s openedSession
+	announced, known := conn.announcedPID()
+	if !known {
+		announced = 0
+	}
+	var standby bool
+	var previous sql.NullString
+	if err := conn.simpleQueryRow(ctx, sessionProbeSQL(announced, c.wait), &s.pid, &standby, &previous); err != nil {
+		conn.discard()
+		return s, c.failure(ctx, "begin", err)
+	}
+	s.lifted, s.previous = previous.Valid, previous.String
+	if known && announced != uint32(s.pid) {
+		conn.release() // nothing was lifted behind a pooler (see sessionProbeSQL)
+		return s, c.refusal(ctx, "begin", ErrTransactionPooler, fmt.Errorf("server pid %d, announced pid %d", s.pid, announced))
+	}
+	if standby {
+		conn.release() // nothing was lifted on a standby (see sessionProbeSQL)
+		return s, c.refusal(ctx, "begin", ErrStandby, nil)
+	}
+	return s, nil
+}
+
+// lockSession sends the lock statement. A set not granted whole is
+// released; on error the connection has been released or discarded.
+func (c *config) lockSession(ctx context.Context, conn sessionConn, s openedSession, start time.Time) error {
+	query, args := c.sessionLockSQL(s.pid, s.previous, s.lifted)
+	var granted, standby bool
+	var lockPID int32
+	if err := conn.queryRow(ctx, query, args, &granted, &standby, &lockPID); err != nil {
+		// A failed statement may have left some locks of a set granted, and
+		// a lifted statement_timeout is not back yet: the connection goes.
+		defer conn.discard()
+		return c.lockFailure(ctx, err, start, func(ctx context.Context) (text string, ms int64, err error) {
+			err = conn.queryRow(ctx, statementTimeoutSQL, nil, &text, &ms)
+			return text, ms, err
+		})
+	}
+	if lockPID != s.pid {
+		conn.discard()
+		return c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", s.pid, lockPID))
+	}
+	if !granted {
+		switch {
+		case s.lifted:
+			conn.discard() // not granted, so statement_timeout was not put back
+		case len(c.ids) > 1:
+			c.releasePartial(ctx, conn) // the locks before the first one held elsewhere
+		default:
+			conn.release()
+		}
+		err := c.locked()
+		c.emit(Event{Kind: EventContended, Err: err})
+		return err
+	}
+	return nil
 }
 
 // joinErr is the cause of a lost session lock, with fn's error if it

@@ -13,9 +13,16 @@ type lockShape struct {
 	// array in ascending order, so a statement has at most four parameters
 	// however many locks it takes (the protocol allows 65,535) and its text
 	// does not grow with the set.
-	set                                     bool
-	shared, wait, timeout, session, fencing bool
-	granted                                 bool // set pgadvisory.granted (a run-once claim follows)
+	set                            bool
+	shared, wait, session, fencing bool
+	granted                        bool // set pgadvisory.granted (a run-once claim follows)
+	// restoreStatementTimeout: the statement lifts no statement_timeout
+	// itself (a statement's timer is armed when it starts), but a statement
+	// before it did, so it puts the caller's value back once every lock is
+	// granted: for transaction locks from the transaction-local setting
+	// pgadvisory.statement_timeout that the prelude saved (see
+	// statementTimeoutPrelude), for session locks from a parameter.
+	restoreStatementTimeout bool
 }
 
 var statementCache sync.Map // lockShape -> string
@@ -49,12 +56,15 @@ var statementCache sync.Map // lockShape -> string
 // locks) or rolls back (transaction locks) what the statement took, so a
 // set is taken whole or not at all.
 //
-// A waiting statement with a timeout sets lock_timeout. The FROM subquery
-// runs before the select list (it is not flattened, as it calls a volatile
-// function), so the timeout is in force when the first wait starts; once
-// every lock is granted the previous value comes back, so it does not
-// apply to fn's statements. set_config's is_local=true scopes both to the
-// transaction (or to the implicit one of a session-lock statement).
+// Every waiting statement sets lock_timeout: to the caller's timeout, or to
+// 0 for [WithWait](0), so that a lock_timeout set for the database, the role
+// or the session does not end a wait meant to last until ctx is done. The
+// FROM subquery runs before the select list (it is not flattened, as it
+// calls a volatile function), so the timeout is in force when the first
+// wait starts; once every lock is granted the previous value comes back, so
+// it does not apply to fn's statements. set_config's is_local=true scopes
+// both to the transaction (or to the implicit one of a session-lock
+// statement).
 //
 // A session-lock statement takes its locks only on the backend whose pid
 // the caller checked just before ($pid = pg_backend_pid(), else the locks
@@ -62,13 +72,13 @@ var statementCache sync.Map // lockShape -> string
 // PgBouncer the statement may land on another server connection, where a
 // session lock would outlive the client's session. The caller compares the
 // returned pid and refuses.
-func (c *config) lockSQL(session bool) (string, []any) {
-	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, wait: c.wait, timeout: c.wait && c.timeout > 0,
-		session: session, fencing: c.fencing && !session, granted: c.runOnce && !session}
+func (c *config) lockSQL(session bool, restoreStatementTimeout bool) (string, []any) {
+	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, wait: c.wait, session: session,
+		fencing: c.fencing && !session, granted: c.runOnce && !session, restoreStatementTimeout: restoreStatementTimeout}
 	args := make([]any, 0, 2)
 	args = append(args, c.idsArg())
-	if shape.timeout {
-		args = append(args, lockTimeoutSetting(c.timeout))
+	if shape.wait {
+		args = append(args, c.lockTimeoutArg())
 	}
 	if s, ok := statementCache.Load(shape); ok {
 		return s.(string), args
@@ -104,11 +114,38 @@ func arrayLiteral(ids []int64) string {
 	return string(append(b, '}'))
 }
 
-// txLockStatement is the lock statement of a transaction-scoped call.
-func (c *config) txLockStatement() lockStatement {
-	query, args := c.lockSQL(false)
-	return lockStatement{sql: query, args: args, fenced: c.fencing}
+// lockTimeoutArg is the lock_timeout of a waiting call's lock statement.
+func (c *config) lockTimeoutArg() string {
+	if c.timeout == 0 {
+		return "0" // until ctx is done, whatever the database or role sets
+	}
+	return lockTimeoutSetting(c.timeout)
 }
+
+// txLockStatement is the lock statement of a transaction-scoped call. With
+// pipelined true (the driver sends statements before the lock statement in
+// the same round trip), a waiting call lifts statement_timeout for the lock
+// statement with a prelude: see statementTimeoutPrelude.
+func (c *config) txLockStatement(pipelined bool) lockStatement {
+	lift := pipelined && c.wait
+	query, args := c.lockSQL(false, lift)
+	st := lockStatement{sql: query, args: args, fenced: c.fencing}
+	if lift {
+		st.prelude = statementTimeoutPrelude
+	}
+	return st
+}
+
+// statementTimeoutPrelude runs before a waiting transaction-lock statement,
+// in the same transaction and round trip (pgx). The server arms
+// statement_timeout when a statement starts, so the lock statement cannot
+// lift it for itself: this statement saves the caller's value in the
+// transaction-local setting pgadvisory.statement_timeout and sets 0, the
+// lock statement then waits as long as WithWait says (its lock_timeout) and
+// puts the saved value back once the locks are granted, so fn's statements
+// run under the caller's statement_timeout again.
+const statementTimeoutPrelude = `SELECT set_config('statement_timeout', '0', true) FROM ` +
+	`(SELECT set_config('pgadvisory.statement_timeout', current_setting('statement_timeout'), true)) AS saved`
 
 // buildLockSQL writes the lock statement of shape s.
 func buildLockSQL(s lockShape) string {
@@ -126,12 +163,15 @@ func buildLockSQL(s lockShape) string {
 	}
 	param := 1
 	next := func() string { param++; return "$" + strconv.Itoa(param) }
-	var timeoutParam, pidParam string
-	if s.timeout {
+	var timeoutParam, pidParam, previousParam string
+	if s.wait {
 		timeoutParam = next()
 	}
 	if s.session {
 		pidParam = next()
+		if s.restoreStatementTimeout {
+			previousParam = next()
+		}
 	}
 
 	var b strings.Builder
@@ -166,10 +206,17 @@ func buildLockSQL(s lockShape) string {
 	default:
 		b.WriteString("NOT EXISTS (SELECT FROM unnest($1::text::bigint[]) AS lock(id) WHERE NOT " + fn + "(lock.id))")
 	}
-	if s.timeout {
+	if s.wait {
 		// Once the locks are granted, put lock_timeout back to what it was,
 		// so the timeout bounds the wait for the lock and not fn's statements.
 		b.WriteString(" AND set_config('lock_timeout', lock_timeout.previous, true) IS NOT NULL")
+	}
+	if s.restoreStatementTimeout {
+		if s.session {
+			b.WriteString(" AND set_config('statement_timeout', " + previousParam + ", false) IS NOT NULL")
+		} else {
+			b.WriteString(" AND set_config('statement_timeout', current_setting('pgadvisory.statement_timeout'), true) IS NOT NULL")
+		}
 	}
 	if s.granted {
 		b.WriteString(" THEN set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END")
@@ -185,7 +232,7 @@ func buildLockSQL(s lockShape) string {
 	if s.session {
 		b.WriteString(", pg_backend_pid()")
 	}
-	if s.timeout {
+	if s.wait {
 		b.WriteString(" FROM (SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', ")
 		b.WriteString(timeoutParam)
 		b.WriteString(", true)) AS lock_timeout")

@@ -1,5 +1,9 @@
 package pgadvisory
 
+import (
+	"strconv"
+)
+
 // The statements of a session lock besides the lock statement (statement.go).
 // Each takes the call's IDs as its first parameter (see config.idsArg), so
 // one statement serves a set of any size, and a connection that carries
@@ -58,4 +62,38 @@ func (c *config) heldSQL() (string, []any) {
 		return "SELECT count(*)::int FROM (" + heldLocks + ") AS held(id) WHERE held.id = $1", []any{c.ids[0]}
 	}
 	return "SELECT count(*)::int FROM (" + heldOfSet + ") AS held(id)", []any{c.idsArg()}
+}
+
+// sessionProbeSQL is the first statement on a session lock's connection,
+// sent over the simple protocol (no prepared statement that a pooler could
+// mix up): the backend pid and whether it is a standby. announced is the
+// pid the connection announced at startup, or 0 when the driver does not
+// expose it; lift asks to lift statement_timeout for the lock statement
+// that follows (a waiting call, see liftStatementTimeoutSQL).
+//
+// The lift happens only when announced is the server's pid (a direct
+// connection: a pooler announces a pid of its own) on a primary, because it
+// changes the session: behind a transaction-mode pooler the change would
+// stay on a server connection that other clients get next. The third
+// column is the previous statement_timeout when lifted, else NULL.
+func sessionProbeSQL(announced uint32, lift bool) string {
+	if !lift || announced == 0 {
+		return "SELECT pg_backend_pid(), pg_is_in_recovery(), NULL::text"
+	}
+	return "SELECT pg_backend_pid(), pg_is_in_recovery(), CASE WHEN lifted.done THEN lifted.previous END FROM " +
+		"(SELECT current_setting('statement_timeout') AS previous, " +
+		"pg_backend_pid() = " + strconv.FormatUint(uint64(announced), 10) + " AND NOT pg_is_in_recovery() " +
+		"AND set_config('statement_timeout', '0', false) IS NOT NULL AS done) AS lifted"
+}
+
+// sessionLockSQL is the lock statement of a session lock, guarded by pid
+// (see lockSQL); previous, when not "", is the statement_timeout to put
+// back after the grant.
+func (c *config) sessionLockSQL(pid int32, previous string, lifted bool) (string, []any) {
+	query, args := c.lockSQL(true, lifted)
+	args = append(args, pid)
+	if lifted {
+		args = append(args, previous)
+	}
+	return query, args
 }
