@@ -93,6 +93,18 @@ func (s *databaseSQLSession) simpleQueryRow(ctx context.Context, query string, d
 	return s.conn.QueryRowContext(ctx, query).Scan(dest...)
 }
 
+func (s *databaseSQLSession) simpleExec(ctx context.Context, query string) error {
+	handled, err := s.withPgx(func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, query) // without arguments, pgx uses the simple protocol
+		return err
+	})
+	if handled {
+		return err
+	}
+	_, err = s.conn.ExecContext(ctx, query)
+	return err
+}
+
 // withPgx runs fn on the *pgx.Conn under the connection, when the driver
 // is pgx's stdlib; handled is false for other drivers.
 func (s *databaseSQLSession) withPgx(fn func(*pgx.Conn) error) (handled bool, err error) {

@@ -190,6 +190,11 @@ func (s *pgxSession) simpleQueryRow(ctx context.Context, query string, dest ...a
 	return s.conn.QueryRow(ctx, query, pgx.QueryExecModeSimpleProtocol).Scan(dest...)
 }
 
+func (s *pgxSession) simpleExec(ctx context.Context, query string) error {
+	_, err := s.conn.Exec(ctx, query) // without arguments, pgx uses the simple protocol
+	return err
+}
+
 func (s *pgxSession) announcedPID() (uint32, bool) {
 	return s.conn.Conn().PgConn().PID(), true
 }

@@ -104,7 +104,9 @@ var (
 	// (such as PgBouncer in pool_mode=transaction) that may hand the server
 	// connection to other clients between transactions. Session locks leak
 	// there, so they are refused ([RunSession], [Migrate]). Transaction-scoped
-	// RunExclusive works.
+	// RunExclusive works. A pooler in session mode cannot be told apart from
+	// one in transaction mode by a client; declare it with
+	// [WithSessionPooler] to take session locks through it.
 	ErrTransactionPooler = errors.New("pgadvisory: connection goes through a pooler; session locks would leak to other clients (use RunExclusive, or connect directly)")
 
 	// ErrStatementPooler reports that the connection goes through a pooler

@@ -45,6 +45,7 @@ const (
 	optFencing
 	optHolder
 	optCheckTimeout
+	optSessionPooler
 	optCount = iota
 )
 
@@ -68,6 +69,7 @@ var optionRules = [optCount]optionRule{
 	{"WithFencing", famTx, "the token is issued and published in the lock transaction"},
 	{"WithHolder", famOnce, "it names the holder in the run-once ledger"},
 	{"WithCheckTimeout", famSession, "only a session lock is checked while fn runs"},
+	{"WithSessionPooler", famSession, "a transaction lock works through a pooler in session or transaction mode"},
 }
 
 // mark records that the option of kind k is applied, and where it comes

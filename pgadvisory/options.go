@@ -21,10 +21,11 @@ import (
 // is sent, whether it was passed to the call or declared with the lock
 // (the message says which):
 //
-//   - [WithHolder] applies to RunOnce only; [WithCheckInterval] and
-//     [WithCheckTimeout] to RunSession only; [WithTxOptions],
-//     [WithPgxTxOptions] and [WithFencing] to the transaction-scoped calls
-//     (RunExclusive, RunExclusiveRepo, RunOnce), not to RunSession.
+//   - [WithHolder] applies to RunOnce only; [WithCheckInterval],
+//     [WithCheckTimeout] and [WithSessionPooler] to RunSession only;
+//     [WithTxOptions], [WithPgxTxOptions] and [WithFencing] to the
+//     transaction-scoped calls (RunExclusive, RunExclusiveRepo, RunOnce),
+//     not to RunSession.
 //   - [WithTxOptions] and [WithPgxTxOptions] together: give one.
 //   - RunOnce with [WithShared]: two shared holders would both run fn for
 //     one window.
@@ -59,8 +60,10 @@ type config struct {
 	declaring bool      // applying a Lock's declared options
 
 	// session locks: the bound of one check and of the release
-	// (WithCheckTimeout)
-	checkTimeout time.Duration
+	// (WithCheckTimeout), and a declared session-mode pooler
+	// (WithSessionPooler)
+	checkTimeout  time.Duration
+	sessionPooler bool
 
 	// ids as the text of a bigint array, once built (idsArg)
 	idsText string
@@ -87,13 +90,13 @@ type config struct {
 // transaction calls) send a statement that lifts it in the round trip of
 // BEGIN and the lock statement, and session locks lift it in the statement
 // that checks the connection (over pgx or pgx's database/sql driver, on a
-// direct connection); the lock statement
-// puts the caller's value back once the locks are granted, so fn's
-// statements run under it. [RunExclusive] on database/sql sends BEGIN and
-// the lock statement in separate round trips and does not lift it: a
-// statement_timeout shorter than the wait ends the wait with an error of
-// kind [ErrLockTimeout] that names the setting and its value (SQLSTATE
-// 57014), never a bare 57014.
+// direct connection; behind a declared [WithSessionPooler] in one more
+// round trip). The lock statement puts the caller's value back once the
+// locks are granted, so fn's statements run under it. [RunExclusive] on
+// database/sql sends BEGIN and the lock statement in separate round trips
+// and does not lift it: a statement_timeout shorter than the wait ends the
+// wait with an error of kind [ErrLockTimeout] that names the setting and
+// its value (SQLSTATE 57014), never a bare 57014.
 func WithWait(timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optWait)
@@ -197,6 +200,28 @@ func WithCheckTimeout(d time.Duration) Option {
 		}
 		c.checkTimeout = d
 	})
+}
+
+// WithSessionPooler declares that the connections of a session lock
+// ([RunSession], [RunSessionPgx]) go through a pooler in session mode
+// (PgBouncer with pool_mode=session), which keeps one server connection
+// per client connection for as long as the client is connected: session
+// locks are safe there.
+//
+// Without it, a session lock refuses every pooler it detects (a pooler
+// announces a backend pid of its own) with [ErrTransactionPooler], because
+// no client can tell session mode from transaction mode: a transaction
+// pooler with few clients keeps giving a client the same server connection,
+// exactly as session mode does, until another client takes it. A pooler in
+// statement mode is told apart (it refuses transactions) and is refused
+// with [ErrStatementPooler] either way. With the declaration, the later
+// defences stay on: the lock statement takes its locks only on the backend
+// just checked, the watcher counts the locks the answering backend holds,
+// and the release verifies what it releases; they catch a transaction
+// pooler that moves the session, but not one that lends the server
+// connection to another client while this one is idle.
+func WithSessionPooler() Option {
+	return optionFunc(func(c *config) { c.mark(optSessionPooler); c.sessionPooler = true })
 }
 
 // newCall resolves the options of a call of family fam and checks its

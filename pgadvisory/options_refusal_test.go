@@ -59,6 +59,7 @@ func TestOptionRefusals(t *testing.T) {
 		{"RunExclusive+WithCheckInterval", exclusive, nil, []pgadvisory.Option{pgadvisory.WithCheckInterval(time.Second)}, []string{"WithCheckInterval does not apply to RunExclusive"}},
 		{"RunOnce+WithCheckInterval", once, nil, []pgadvisory.Option{pgadvisory.WithCheckInterval(time.Second)}, []string{"WithCheckInterval does not apply to RunOnce"}},
 		{"RunExclusive+WithCheckTimeout", exclusive, nil, []pgadvisory.Option{pgadvisory.WithCheckTimeout(time.Second)}, []string{"WithCheckTimeout does not apply to RunExclusive"}},
+		{"RunOnce+WithSessionPooler", once, nil, []pgadvisory.Option{pgadvisory.WithSessionPooler()}, []string{"WithSessionPooler does not apply to RunOnce"}},
 		{"RunSession+WithTxOptions", session, nil, []pgadvisory.Option{pgadvisory.WithTxOptions(sql.TxOptions{})}, []string{"WithTxOptions does not apply to RunSession"}},
 		{"RunSession+WithPgxTxOptions", session, nil, []pgadvisory.Option{pgadvisory.WithPgxTxOptions(pgx.TxOptions{})}, []string{"WithPgxTxOptions does not apply to RunSession"}},
 		{"RunSession+WithHolder", session, nil, []pgadvisory.Option{pgadvisory.WithHolder("me")}, []string{"WithHolder does not apply to RunSession"}},
@@ -98,7 +99,7 @@ func TestOptionRefusals(t *testing.T) {
 			require.NoError(t, exclusive(ctx, d, l, pgadvisory.WithShared(), readOnlySQL), d.Label())
 			require.NoError(t, exclusive(ctx, d, l, readOnlyPgx), d.Label())
 			require.NoError(t, session(ctx, d, l, pgadvisory.WithShared(), pgadvisory.WithCheckInterval(time.Second),
-				pgadvisory.WithCheckTimeout(time.Second)), d.Label())
+				pgadvisory.WithCheckTimeout(time.Second), pgadvisory.WithSessionPooler()), d.Label())
 			require.NoError(t, session(ctx, d, l.With(pgadvisory.WithShared(), pgadvisory.WithWait(time.Second))), d.Label())
 		}
 	})

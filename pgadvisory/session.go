@@ -27,16 +27,22 @@ import (
 // the size of the set, and released in one statement before the call
 // returns.
 //
-// Session locks must not go through a transaction-pooling proxy: PgBouncer in
-// pool_mode=transaction hands the server connection, and the lock with it,
-// to other clients. RunSession compares the backend pid the server reports
-// with the one announced when the connection was opened (a pooler announces
-// its own); a mismatch returns [ErrTransactionPooler] before any lock is
-// taken. The comparison needs the pgx stdlib driver. With other drivers two
-// later defences remain: the lock statement takes the locks only on the
-// backend whose pid was just read (elsewhere it takes nothing, and the call
-// returns ErrTransactionPooler), and the watcher's check counts the locks
-// held by whichever backend answers, so a session moved to another server
+// Session locks must not go through a pooler that hands the server
+// connection to other clients: PgBouncer in pool_mode=transaction or
+// statement would pass the lock on with it. RunSession compares the backend
+// pid the server reports with the one announced when the connection was
+// opened (a pooler announces one of its own), in a first statement sent
+// over the simple protocol, so that the check comes first whatever pgx's
+// query exec mode. A pooler is then told apart by a transaction it is asked
+// to open: statement mode refuses it, and the call returns
+// [ErrStatementPooler]; otherwise the call returns [ErrTransactionPooler],
+// unless [WithSessionPooler] declares a pooler in session mode, which a
+// client cannot tell from transaction mode. The pid comparison needs pgx
+// (pgxpool, or pgx's database/sql driver). With other drivers three later
+// defences remain: the lock statement takes the locks only on the backend
+// whose pid was just read (elsewhere it takes nothing, and the call returns
+// ErrTransactionPooler), the watcher's check counts the locks held by
+// whichever backend answers, so a session moved to another server
 // connection cancels fn's context with ErrLockLost, and so does the
 // release's count.
 //
@@ -89,6 +95,9 @@ type sessionConn interface {
 	// statement that a pooler could give to another client's server
 	// connection, or mix up with another client's of the same name.
 	simpleQueryRow(ctx context.Context, query string, dest ...any) error
+	// simpleExec runs a statement without parameters over the simple
+	// protocol.
+	simpleExec(ctx context.Context, query string) error
 	// announcedPID is the backend pid from the connection's startup
 	// (BackendKeyData), if the driver exposes it.
 	announcedPID() (uint32, bool)
@@ -166,9 +175,9 @@ type openedSession struct {
 
 // openSession checks a session lock's connection before anything is
 // locked: a pooler (a backend pid other than the one announced at
-// startup) and a standby are refused, and a waiting call lifts
-// statement_timeout where that is safe. On error the connection has been
-// released or discarded.
+// startup) is told apart by its mode and refused unless declared, a
+// standby is refused, and a waiting call lifts statement_timeout where
+// that is safe. On error the connection has been released or discarded.
 func (c *config) openSession(ctx context.Context, conn sessionConn) (openedSession, error) {
 	var s openedSession
 	announced, known := conn.announcedPID()
@@ -179,18 +188,58 @@ func (c *config) openSession(ctx context.Context, conn sessionConn) (openedSessi
 	var previous sql.NullString
 	if err := conn.simpleQueryRow(ctx, sessionProbeSQL(announced, c.wait), &s.pid, &standby, &previous); err != nil {
 		conn.discard()
-		return s, c.failure(ctx, "begin", err)
+		return s, c.sessionFailure(ctx, "begin", err)
 	}
 	s.lifted, s.previous = previous.Valid, previous.String
 	if known && announced != uint32(s.pid) {
-		conn.release() // nothing was lifted behind a pooler (see sessionProbeSQL)
-		return s, c.refusal(ctx, "begin", ErrTransactionPooler, fmt.Errorf("server pid %d, announced pid %d", s.pid, announced))
+		if err := c.checkPooler(ctx, conn, s.pid, announced); err != nil {
+			return s, err
+		}
 	}
 	if standby {
 		conn.release() // nothing was lifted on a standby (see sessionProbeSQL)
 		return s, c.refusal(ctx, "begin", ErrStandby, nil)
 	}
+	if known && announced != uint32(s.pid) && c.wait {
+		// A declared session pooler: the server connection is this
+		// client's alone, so lifting statement_timeout cannot leak.
+		if err := conn.simpleQueryRow(ctx, liftStatementTimeoutSQL, &s.previous); err != nil {
+			conn.discard()
+			return s, c.sessionFailure(ctx, "begin", err)
+		}
+		s.lifted = true
+	}
 	return s, nil
+}
+
+// checkPooler decides about a connection that goes through a pooler
+// (server pid and announced pid differ). It asks the pooler to open a
+// transaction: one in statement mode refuses (ErrStatementPooler). Session
+// and transaction mode both accept, and no client can tell them apart (a
+// transaction pooler with few clients keeps giving a client the same server
+// connection, as session mode does), so the call is refused with
+// ErrTransactionPooler unless the caller declared session mode
+// (WithSessionPooler). On error the connection has been released or
+// discarded.
+func (c *config) checkPooler(ctx context.Context, conn sessionConn, pid int32, announced uint32) error {
+	seen := fmt.Errorf("server pid %d, announced pid %d", pid, announced)
+	if err := conn.simpleExec(ctx, "BEGIN"); err != nil {
+		conn.discard()
+		if classify(err) == ErrStatementPooler {
+			return c.refusal(ctx, "begin", ErrStatementPooler, fmt.Errorf("%w; the pooler refused BEGIN: %w", seen, err))
+		}
+		return c.failure(ctx, "begin", err)
+	}
+	if err := conn.simpleExec(ctx, "ROLLBACK"); err != nil {
+		conn.discard()
+		return c.failure(ctx, "begin", err)
+	}
+	if !c.sessionPooler {
+		conn.release()
+		return c.refusal(ctx, "begin", ErrTransactionPooler, fmt.Errorf("%w: a pooler in transaction or session mode, "+
+			"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", seen))
+	}
+	return nil
 }
 
 // lockSession sends the lock statement. A set not granted whole is
@@ -203,6 +252,9 @@ func (c *config) lockSession(ctx context.Context, conn sessionConn, s openedSess
 		// A failed statement may have left some locks of a set granted, and
 		// a lifted statement_timeout is not back yet: the connection goes.
 		defer conn.discard()
+		if pooled := pooledStatementError(err); pooled != nil {
+			return c.refusal(ctx, "lock", ErrTransactionPooler, pooled)
+		}
 		return c.lockFailure(ctx, err, start, func(ctx context.Context) (text string, ms int64, err error) {
 			err = conn.queryRow(ctx, statementTimeoutSQL, nil, &text, &ms)
 			return text, ms, err
@@ -224,6 +276,31 @@ func (c *config) lockSession(ctx context.Context, conn sessionConn, s openedSess
 		err := c.locked()
 		c.emit(Event{Kind: EventContended, Err: err})
 		return err
+	}
+	return nil
+}
+
+// sessionFailure is failure for a step on a session lock's connection,
+// which recognises a pooler by its prepared statements (see
+// pooledStatementError).
+func (c *config) sessionFailure(ctx context.Context, op string, err error) error {
+	if pooled := pooledStatementError(err); pooled != nil {
+		return c.refusal(ctx, op, ErrTransactionPooler, pooled)
+	}
+	return c.failure(ctx, op, err)
+}
+
+// pooledStatementError recognises a dedicated connection whose prepared
+// statements belong to another client (42P05, already exists) or vanished
+// (26000, does not exist): its statements run on a server connection that
+// other clients share, as behind a transaction pooler that does not track
+// prepared statements (PgBouncer before 1.21). It returns the detail of a
+// refusal, or nil.
+func pooledStatementError(err error) error {
+	switch SQLState(err) {
+	case "42P05", "26000":
+		return fmt.Errorf("a prepared statement of this connection is unknown or another's on the server: "+
+			"its statements run on server connections that other clients share: %w", err)
 	}
 	return nil
 }

@@ -86,6 +86,14 @@ func sessionProbeSQL(announced uint32, lift bool) string {
 		"AND set_config('statement_timeout', '0', false) IS NOT NULL AS done) AS lifted"
 }
 
+// liftStatementTimeoutSQL sets statement_timeout to 0 for the session and
+// returns the previous value, which the lock statement puts back once the
+// locks are granted (lockShape.restoreStatementTimeout): the server arms a
+// statement's timeout when the statement starts, so only a statement
+// before the lock statement can give a wait longer than statement_timeout.
+const liftStatementTimeoutSQL = "SELECT lifted.previous FROM (SELECT current_setting('statement_timeout') AS previous, " +
+	"set_config('statement_timeout', '0', false)) AS lifted"
+
 // sessionLockSQL is the lock statement of a session lock, guarded by pid
 // (see lockSQL); previous, when not "", is the statement_timeout to put
 // back after the grant.
