@@ -19,9 +19,12 @@
 //   - [RunExclusive]: fn runs in the transaction that holds the lock.
 //   - [RunSession]: a session-level lock on a dedicated connection, for work
 //     that spans many transactions. The work's context is canceled with
-//     [ErrLockLost] when the connection dies or the lock vanishes, and a
-//     transaction-pooling proxy such as PgBouncer is refused
-//     ([ErrTransactionPooler]), because session locks leak there.
+//     [ErrLockLost] when the connection dies or the lock vanishes, the
+//     release verifies that every lock was still held (else ErrLockLost), and
+//     a transaction-pooling proxy such as PgBouncer is refused
+//     ([ErrTransactionPooler]; in statement mode [ErrStatementPooler]),
+//     because session locks leak there; session mode is accepted when
+//     declared ([WithSessionPooler]).
 //   - [RunOnce]: RunExclusive that runs fn at most once successfully per
 //     (lock, window), such as the day from [DailyWindow], however the
 //     replicas' timing falls ([ErrAlreadyDone]).
@@ -63,16 +66,19 @@
 // [ErrInvalidArgument] before anything is sent (see [Option]).
 //
 //   - [WithWait]: wait for the lock, up to a timeout the server enforces
-//     ([ErrLockTimeout]).
+//     ([ErrLockTimeout]), whatever lock_timeout the database or role sets;
+//     see WithWait about statement_timeout.
 //   - [WithShared]: take reader locks.
 //   - [WithLocks]: take more locks in the same statement, in ascending order,
-//     so that callers waiting for overlapping sets cannot deadlock.
+//     so that callers waiting for overlapping sets cannot deadlock; a set of
+//     any size is one statement parameter.
 //   - [WithTxOptions], [WithPgxTxOptions]: a read-only transaction; the
 //     isolation level stays READ COMMITTED.
 //   - [WithObserver]: acquired, contended, released and error events;
 //     [SlogObserver] logs them.
-//   - [WithCheckInterval]: how often a session lock checks its connection
-//     and lock.
+//   - [WithCheckInterval], [WithCheckTimeout]: how often a session lock
+//     checks its connection and lock, and how long one check may take.
+//   - [WithSessionPooler]: session locks through a pooler in session mode.
 //   - [WithFencing]: a fencing token for the call (see Fencing).
 //   - [WithHolder]: the holder recorded in the run-once ledger.
 //

@@ -12,8 +12,8 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Examples of session locks: RunSession, RunSessionPgx, the Lock methods
-// and WithCheckInterval. The shared example helpers are in example_test.go.
+// Examples of session locks: RunSession, RunSessionPgx, the Lock methods,
+// WithCheckInterval, WithCheckTimeout and WithSessionPooler. The shared example helpers are in example_test.go.
 
 func ExampleRunSession() {
 	ctx := context.Background()
@@ -127,4 +127,51 @@ func ExampleWithCheckInterval() {
 	// Output:
 	// still holding the lock after several checks
 	// err: <nil>
+}
+
+func ExampleWithCheckTimeout() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	lockID := exampleLockID("with_check_timeout")
+
+	// Check every 200ms, and treat a check that has not answered after 1s
+	// as a dead (half-open) connection: the work's context is then canceled
+	// within about 1.2s of the link going silent. A check that is merely
+	// slower than 200ms does not cancel it.
+	err := pgadvisory.RunSession(ctx, db, lockID, func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(500 * time.Millisecond):
+			fmt.Println("still holding the lock")
+			return nil
+		}
+	}, pgadvisory.WithCheckInterval(200*time.Millisecond), pgadvisory.WithCheckTimeout(time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// still holding the lock
+	// err: <nil>
+}
+
+func ExampleWithSessionPooler() {
+	ctx := context.Background()
+	// PgBouncer with pool_mode=session in front of the database: one server
+	// connection per client connection, so session locks are safe, but a
+	// client cannot tell session mode from transaction mode by itself.
+	db, err := sql.Open("pgx", "postgres://app@pgbouncer.internal:6432/app?sslmode=require")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	err = pgadvisory.RunSession(ctx, db, exampleLockID("with_session_pooler"), func(ctx context.Context) error {
+		return nil // the work
+	}, pgadvisory.WithSessionPooler())
+	switch {
+	case errors.Is(err, pgadvisory.ErrStatementPooler):
+		// the pooler is in statement mode after all: no advisory lock works there
+	case errors.Is(err, pgadvisory.ErrTransactionPooler):
+		// the session moved between server connections: not session mode
+	}
 }
