@@ -329,14 +329,14 @@ func (c *config) releaseSession(ctx context.Context, conn sessionConn) error {
 	if err := conn.queryRow(rctx, query, args, &released); err != nil {
 		conn.discard()
 		if rctx.Err() != nil {
-			return fmt.Errorf("pgadvisory: the unlock did not answer within %v (WithCheckTimeout); the connection was closed, "+
+			return fmt.Errorf("the unlock did not answer within %v (WithCheckTimeout); the connection was closed, "+
 				"so the server releases the locks once it notices: %w", c.checkTimeout, err)
 		}
-		return fmt.Errorf("pgadvisory: the unlock failed, the connection is gone: %w", err)
+		return fmt.Errorf("the unlock failed, the connection is gone: %w", err)
 	}
 	if int(released) != len(c.ids) {
 		conn.discard()
-		return fmt.Errorf("pgadvisory: the unlock found %d of %d locks held", released, len(c.ids))
+		return fmt.Errorf("the unlock found %d of %d locks held", released, len(c.ids))
 	}
 	conn.release()
 	return nil
