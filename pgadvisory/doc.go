@@ -75,7 +75,12 @@
 //   - [WithTxOptions], [WithPgxTxOptions]: a read-only transaction; the
 //     isolation level stays READ COMMITTED.
 //   - [WithObserver]: acquired, contended, released and error events;
-//     [SlogObserver] logs them.
+//     [SlogObserver] logs them. [WithCallObserver] takes an [Observer], which
+//     follows a whole call (for spans) and learns its outcome; set one once
+//     for the process ([SetObserver]) or for a generated lock set
+//     ([SetObserverFor]) instead of at every call. The module
+//     github.com/lockgen/lockgen/otel turns them into OpenTelemetry metrics
+//     and traces.
 //   - [WithCheckInterval], [WithCheckTimeout]: how often a session lock
 //     checks its connection and lock, and how long one check may take.
 //   - [WithSessionPooler]: session locks through a pooler in session mode.

@@ -89,10 +89,16 @@ func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
 // returned, wrapped in an [*Error] with Op "fenced write" when it has a
 // dedicated kind (such as ErrStaleToken) or ctx is done. Every other failure
 // is such an *Error.
-func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) (err error) {
+func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) error {
 	if db == nil || fn == nil {
 		return fencedInvalid(token, "nil db or fn")
 	}
+	var c config
+	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFenced(ctx, db, token, fn) })
+}
+
+// runFenced is RunFenced's work, without the observers.
+func runFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fencedFailure(ctx, token, err)
@@ -117,10 +123,16 @@ func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) er
 }
 
 // RunFencedPgx is [RunFenced] for a pgx pool.
-func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) (err error) {
+func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) error {
 	if pool == nil || fn == nil {
 		return fencedInvalid(token, "nil pool or fn")
 	}
+	var c config
+	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFencedPgx(ctx, pool, token, fn) })
+}
+
+// runFencedPgx is RunFencedPgx's work, without the observers.
+func runFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) (err error) {
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fencedFailure(ctx, token, err)
@@ -187,4 +199,42 @@ func (c *config) publishToken(ctx context.Context, d txDriver, token int64) erro
 		}
 	}
 	return nil
+}
+
+// RunFenced is [RunFenced] for a write under l's token: its observers (see
+// [Observer]) see l's name and ID, and l's own observer ([Lock.With]) or its
+// lock set's ([SetObserverFor]) observes it, so that a rejected write counts
+// against the lock it was made for. The write itself is RunFenced's.
+func (l Lock) RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) error {
+	if db == nil || fn == nil {
+		return fencedInvalid(token, "nil db or fn")
+	}
+	c, err := l.fencedWrite()
+	if err != nil {
+		return err
+	}
+	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFenced(ctx, db, token, fn) })
+}
+
+// RunFencedPgx is [Lock.RunFenced] for a pgx pool.
+func (l Lock) RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) error {
+	if pool == nil || fn == nil {
+		return fencedInvalid(token, "nil pool or fn")
+	}
+	c, err := l.fencedWrite()
+	if err != nil {
+		return err
+	}
+	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFencedPgx(ctx, pool, token, fn) })
+}
+
+// fencedWrite is the call of a fenced write under l: its name, its ID and
+// the observer declared with it; its other declared options concern its
+// lock calls, not the write.
+func (l Lock) fencedWrite() (*config, error) {
+	declared, err := newConfig(l.ID, l.named(nil))
+	if err != nil {
+		return nil, err
+	}
+	return &config{ids: []int64{l.ID}, name: l.Name, observer: declared.observer}, nil
 }

@@ -2,7 +2,6 @@ package pgadvisory
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 )
@@ -22,7 +21,8 @@ const (
 	EventAcquired EventKind = iota + 1
 	// EventContended: another session holds a lock (ErrLocked), the wait
 	// timed out (ErrLockTimeout) or RunOnce found the window done
-	// (ErrAlreadyDone). Event.Err says which.
+	// (ErrAlreadyDone). Event.Err says which, Event.Wait how long the
+	// answer took.
 	EventContended
 	// EventReleased: the transaction committed or rolled back, or the session
 	// lock was released. Event.Held is the time the locks were held and
@@ -59,7 +59,8 @@ type Event struct {
 	// start of the call to the grant, including getting a connection, BEGIN,
 	// the lock statement's round trip and any wait for the lock (WithWait),
 	// publishing the fencing token (WithFencing) and the run-once claim
-	// (RunOnce).
+	// (RunOnce). For EventContended it is the time until the refusal or
+	// the timeout.
 	Wait time.Duration
 	// Held is how long the locks were held (EventReleased): from the grant
 	// to the end of COMMIT or ROLLBACK (for session locks, the unlock), when
@@ -69,6 +70,9 @@ type Event struct {
 	// EventReleased when fn or COMMIT failed, or fn
 	// panicked); nil otherwise.
 	Err error
+	// Token is the fencing token of a fenced call (WithFencing), from
+	// EventAcquired on; 0 otherwise.
+	Token int64
 }
 
 // SlogObserver returns an observer that logs each event to logger: acquired
@@ -117,23 +121,4 @@ func SlogObserver(logger *slog.Logger) func(Event) {
 		}
 		logger.LogAttrs(ctx, level, "pgadvisory: lock "+e.Kind.String(), attrs...)
 	}
-}
-
-// emit reports e, completed with the call's locks, to the call's observer.
-func (c *config) emit(e Event) {
-	if c.observer == nil {
-		return
-	}
-	e.Name, e.LockIDs, e.Shared, e.Session = c.name, c.ids, c.shared, c.session
-	c.observer(e)
-}
-
-// emitError reports a failed step: a lock timeout as contention, anything
-// else as an error.
-func (c *config) emitError(err error) {
-	kind := EventError
-	if errors.Is(err, ErrLockTimeout) {
-		kind = EventContended
-	}
-	c.emit(Event{Kind: kind, Err: err})
 }

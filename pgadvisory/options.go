@@ -48,7 +48,8 @@ type config struct {
 	wait     bool
 	timeout  time.Duration // with wait: 0 means until ctx is done
 	readOnly bool
-	observer func(Event)
+	observer Observer      // the call's own (WithObserver, WithCallObserver)
+	obs      observation   // the call's observers, once it started
 	interval time.Duration // session locks: liveness check period
 	session  bool
 	fencing  bool
@@ -158,9 +159,12 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 
 // WithObserver calls observe for every lock event of the call: acquired,
 // contended, released and errors. observe runs synchronously on the calling
-// goroutine and must be quick. See [SlogObserver].
+// goroutine and must be quick. See [SlogObserver], and [WithCallObserver]
+// for observers that follow whole calls (spans). It takes the place of an
+// earlier WithObserver or WithCallObserver; observers set for the process
+// or the lock set ([SetObserver], [SetObserverFor]) run in addition.
 func WithObserver(observe func(Event)) Option {
-	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = observe })
+	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = ObserverFunc(observe) })
 }
 
 // WithCheckInterval sets how often a session lock ([RunSession],

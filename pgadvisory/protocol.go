@@ -83,8 +83,14 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // run is the transaction-lock protocol shared by RunExclusive and
-// RunExclusivePgx (and RunOnce, RunOncePgx).
+// RunExclusivePgx (and RunOnce, RunOncePgx), between its observers' start
+// and end (observe.go).
 func run(ctx context.Context, c *config, d txDriver, call func() error) error {
+	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return runTx(ctx, c, d, call) })
+}
+
+// runTx is the transaction-lock protocol itself.
+func runTx(ctx context.Context, c *config, d txDriver, call func() error) error {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
@@ -129,7 +135,7 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 		return err
 	}
 	acquired := time.Now()
-	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start), Token: res.token})
 	if c.fencing {
 		key := d.txKey()
 		tokens.Store(key, res.token)
@@ -140,7 +146,7 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	defer func() {
 		if panicking {
 			c.rollbackNow(ctx, d)
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errors.New("pgadvisory: fn panicked")})
+			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
 		}
 	}()
 	fnErr := call()

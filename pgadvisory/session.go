@@ -106,9 +106,16 @@ type sessionConn interface {
 	discard()
 }
 
-// runSession is the session-lock protocol shared by both front doors: open
-// (check the connection), lock, watch while fn runs, release and verify.
-func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
+// runSession is the session-lock protocol shared by both front doors,
+// between its observers' start and end (observe.go).
+func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
+	c.session = true
+	return c.observed(ctx, CallSession, "", 0, func(ctx context.Context) error { return runSessionLock(ctx, c, acquire, fn) })
+}
+
+// runSessionLock is the session-lock protocol itself: open (check the
+// connection), lock, watch while fn runs, release and verify.
+func runSessionLock(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
 	c.session = true
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
@@ -145,7 +152,7 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 			unreleased = c.releaseSession(ctx, conn)
 		}
 		if r := recover(); r != nil {
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errors.New("pgadvisory: fn panicked")})
+			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
 			panic(r)
 		}
 		switch {

@@ -127,6 +127,19 @@ func (d Door) RunFenced(ctx context.Context, token int64, fn func(Tx) error) err
 	return pgadvisory.RunFenced(ctx, w.db, token, sqlFn(fn))
 }
 
+// RunFencedLock is l.RunFenced or l.RunFencedPgx, on the pool given to
+// [Door.WithWrites] if any, else on the door's own.
+func (d Door) RunFencedLock(ctx context.Context, l pgadvisory.Lock, token int64, fn func(Tx) error) error {
+	w := d
+	if d.writes != nil {
+		w = *d.writes
+	}
+	if w.Driver == Pgx {
+		return l.RunFencedPgx(ctx, w.pool, token, pgxFn(fn))
+	}
+	return l.RunFenced(ctx, w.db, token, sqlFn(fn))
+}
+
 // InUse is the number of connections checked out of the door's pool.
 func (d Door) InUse() int {
 	if d.Driver == Pgx {
