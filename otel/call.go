@@ -16,7 +16,8 @@ type callObserver struct {
 	o            *Observer
 	ctx          context.Context // the caller's context with the call's span
 	kind         pgadvisory.CallKind
-	lock         lockAttrs
+	id           int64  // the call's (first) lock ID
+	key          setKey // its metrics' attributes, less outcome and error.type
 	span         trace.Span
 	waitRecorded bool
 	tokenSet     bool
@@ -27,7 +28,7 @@ type callObserver struct {
 func (c *callObserver) Event(e pgadvisory.Event) {
 	if e.Kind == pgadvisory.EventAcquired && !c.waitRecorded {
 		c.waitRecorded = true
-		c.o.wait.Record(c.ctx, e.Wait.Seconds(), metric.WithAttributeSet(c.metricSet(pgadvisory.OutcomeAcquired, "")))
+		c.o.wait.Record(c.ctx, e.Wait.Seconds(), c.measurement(pgadvisory.OutcomeAcquired, ""))
 	}
 	if !c.span.IsRecording() {
 		return
@@ -47,17 +48,17 @@ func (c *callObserver) Event(e pgadvisory.Event) {
 func (c *callObserver) EndCall(end pgadvisory.CallEnd) {
 	errType := ErrorType(end.Err)
 	if c.kind != pgadvisory.CallFenced {
-		set := c.metricSet(end.Outcome, "")
+		m := c.measurement(end.Outcome, "")
 		if !c.waitRecorded && end.Wait > 0 {
-			c.o.wait.Record(c.ctx, end.Wait.Seconds(), metric.WithAttributeSet(set))
+			c.o.wait.Record(c.ctx, end.Wait.Seconds(), m)
 		}
 		if end.Held > 0 {
-			c.o.hold.Record(c.ctx, end.Held.Seconds(), metric.WithAttributeSet(set))
+			c.o.hold.Record(c.ctx, end.Held.Seconds(), m)
 		}
 		if errType != "" {
-			set = c.metricSet(end.Outcome, errType)
+			m = c.measurement(end.Outcome, errType)
 		}
-		c.o.attempts.Add(c.ctx, 1, metric.WithAttributeSet(set))
+		c.o.attempts.Add(c.ctx, 1, m)
 	}
 	if end.Rejection != nil {
 		c.o.rejections.Add(c.ctx, 1, metric.WithAttributeSet(c.rejectionSet(end.Rejection)))
@@ -70,7 +71,8 @@ func (c *callObserver) EndCall(end pgadvisory.CallEnd) {
 
 // endSpan sets the span's outcome and status.
 func (c *callObserver) endSpan(end pgadvisory.CallEnd, errType string) {
-	attrs := make([]attribute.KeyValue, 0, 3)
+	var kvs [3]attribute.KeyValue
+	attrs := kvs[:0]
 	if end.Outcome != pgadvisory.OutcomeNone {
 		attrs = append(attrs, OutcomeKey.String(end.Outcome.String()))
 	}
@@ -88,33 +90,26 @@ func (c *callObserver) endSpan(end pgadvisory.CallEnd, errType string) {
 	}
 }
 
-// metricSet is the attribute set of the call's metrics: the lock, the
-// family, the outcome and, if not empty, error.type.
-func (c *callObserver) metricSet(outcome pgadvisory.Outcome, errType string) attribute.Set {
-	var kvs [5]attribute.KeyValue
-	attrs := c.lockKeys(kvs[:0])
-	attrs = append(attrs, OutcomeKey.String(outcome.String()))
-	if errType != "" {
-		attrs = append(attrs, ErrorTypeKey.String(errType))
-	}
-	return attribute.NewSet(attrs...)
+// measurement is the attribute set of the call's metrics with outcome and
+// errType (see Observer.measurement).
+func (c *callObserver) measurement(outcome pgadvisory.Outcome, errType string) metric.MeasurementOption {
+	k := c.key
+	k.outcome, k.errType = outcome, errType
+	return c.o.measurement(k)
 }
 
-// rejectionSet is the attribute set of a fencing rejection.
+// rejectionSet is the attribute set of a fencing rejection: the lock's
+// name and ID (as configured), the family and what was refused. Rejections
+// are rare; their sets are not cached.
 func (c *callObserver) rejectionSet(kind error) attribute.Set {
 	var kvs [4]attribute.KeyValue
-	attrs := c.lockKeys(kvs[:0])
-	attrs = append(attrs, RejectionKey.String(rejectionName(kind)))
+	attrs := kvs[:0]
+	if c.key.name != "" {
+		attrs = append(attrs, LockNameKey.String(c.key.name))
+	}
+	if c.key.hasID {
+		attrs = append(attrs, LockIDKey.Int64(c.key.id))
+	}
+	attrs = append(attrs, CallKey.String(c.kind.String()), RejectionKey.String(rejectionName(kind)))
 	return attribute.NewSet(attrs...)
-}
-
-// lockKeys appends the lock's name and ID (as configured) and the family.
-func (c *callObserver) lockKeys(attrs []attribute.KeyValue) []attribute.KeyValue {
-	if c.lock.name != "" {
-		attrs = append(attrs, LockNameKey.String(c.lock.name))
-	}
-	if c.lock.hasID && c.o.metricLockID {
-		attrs = append(attrs, LockIDKey.Int64(c.lock.id))
-	}
-	return append(attrs, c.lock.callKey)
 }

@@ -3,6 +3,8 @@ package lockgenotel
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,6 +25,56 @@ type Observer struct {
 	attempts     metric.Int64Counter
 	rejections   metric.Int64Counter
 	metricLockID bool
+
+	// measurements caches the attribute sets of the metrics (setKey ->
+	// metric.MeasurementOption), up to maxCachedSets of them: building a
+	// set sorts and hashes its attributes, which would otherwise be most
+	// of the observer's cost.
+	measurements sync.Map
+	cached       atomic.Int64
+}
+
+// maxCachedSets bounds the cache of attribute sets. The SDK keeps one
+// series per set anyway; beyond the bound (many parameterized lock IDs)
+// sets are built per call.
+const maxCachedSets = 4096
+
+// setKey identifies the attribute set of a measurement.
+type setKey struct {
+	name    string
+	id      int64
+	hasID   bool
+	kind    pgadvisory.CallKind
+	outcome pgadvisory.Outcome
+	errType string
+}
+
+// measurement is the option carrying the attribute set of k: the lock's
+// name and ID (as configured), the family, the outcome and, if not empty,
+// error.type.
+func (o *Observer) measurement(k setKey) metric.MeasurementOption {
+	if v, ok := o.measurements.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	var kvs [5]attribute.KeyValue
+	attrs := kvs[:0]
+	if k.name != "" {
+		attrs = append(attrs, LockNameKey.String(k.name))
+	}
+	if k.hasID {
+		attrs = append(attrs, LockIDKey.Int64(k.id))
+	}
+	attrs = append(attrs, CallKey.String(k.kind.String()), OutcomeKey.String(k.outcome.String()))
+	if k.errType != "" {
+		attrs = append(attrs, ErrorTypeKey.String(k.errType))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	if o.cached.Load() < maxCachedSets {
+		if _, loaded := o.measurements.LoadOrStore(k, opt); !loaded {
+			o.cached.Add(1)
+		}
+	}
+	return opt
 }
 
 // Option configures [New].
@@ -108,13 +160,21 @@ func New(opts ...Option) (*Observer, error) {
 // StartCall implements pgadvisory.Observer: it starts the call's span, a
 // child of ctx's, and returns ctx with it.
 func (o *Observer) StartCall(ctx context.Context, call pgadvisory.Call) (context.Context, pgadvisory.CallObserver) {
-	c := &callObserver{o: o, kind: call.Kind}
-	c.lock = lockAttributes(call)
+	c := &callObserver{o: o, kind: call.Kind, key: setKey{name: call.Name, kind: call.Kind}}
+	if len(call.LockIDs) > 0 {
+		c.id = call.LockIDs[0]
+		if o.metricLockID {
+			c.key.id, c.key.hasID = c.id, true
+		}
+	}
 	name := "lockgen." + call.Kind.String()
 	if call.Name != "" {
 		name += " " + call.Name
 	}
-	ctx, c.span = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(spanAttributes(call, c.lock)...))
+	ctx, c.span = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	if c.span.IsRecording() {
+		c.span.SetAttributes(spanAttributes(call)...)
+	}
 	c.ctx = ctx
 	return ctx, c
 }
@@ -125,36 +185,21 @@ func (o *Observer) Option() pgadvisory.Option {
 	return pgadvisory.WithCallObserver(o)
 }
 
-// lockAttrs are the attributes of a call's locks and family, shared by its
-// metrics and its span.
-type lockAttrs struct {
-	name    string
-	id      int64
-	hasID   bool
-	callKey attribute.KeyValue
-}
-
-func lockAttributes(call pgadvisory.Call) lockAttrs {
-	a := lockAttrs{name: call.Name, callKey: CallKey.String(call.Kind.String())}
-	if len(call.LockIDs) > 0 {
-		a.id, a.hasID = call.LockIDs[0], true
-	}
-	return a
-}
-
-// spanAttributes are a call's attributes as its span starts.
-func spanAttributes(call pgadvisory.Call, lock lockAttrs) []attribute.KeyValue {
+// spanAttributes are a call's attributes as its span starts. They are set
+// only on a span that records: a sampler that drops the span makes them
+// free.
+func spanAttributes(call pgadvisory.Call) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 7)
-	if lock.name != "" {
-		attrs = append(attrs, LockNameKey.String(lock.name))
+	if call.Name != "" {
+		attrs = append(attrs, LockNameKey.String(call.Name))
 	}
-	if lock.hasID {
-		attrs = append(attrs, LockIDKey.Int64(lock.id))
+	if len(call.LockIDs) > 0 {
+		attrs = append(attrs, LockIDKey.Int64(call.LockIDs[0]))
 	}
 	if len(call.LockIDs) > 1 {
 		attrs = append(attrs, LockIDsKey.Int64Slice(call.LockIDs))
 	}
-	attrs = append(attrs, lock.callKey)
+	attrs = append(attrs, CallKey.String(call.Kind.String()))
 	if call.Shared {
 		attrs = append(attrs, LockSharedKey.Bool(true))
 	}
