@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -16,39 +15,42 @@ type callObserver struct {
 	o            *Observer
 	ctx          context.Context // the caller's context with the call's span
 	kind         pgadvisory.CallKind
-	id           int64  // the call's (first) lock ID
-	key          setKey // its metrics' attributes, less outcome and error.type
+	lock         *lockEntry
 	span         trace.Span
 	waitRecorded bool
-	tokenSet     bool
 }
 
-// Event adds e to the span. The grant's wait is recorded at once, so that a
-// session lock held for hours shows its wait when it is granted.
+// Event records the grant's wait at once, so that a session lock held for
+// hours shows its wait when it is granted, and adds the moments that the
+// span's own start and end do not mark to the span: the grant ("acquired",
+// with a fenced call's token) and a failed step or a lost session lock
+// ("error"). The contention and the release end the call: the span's end
+// and attributes say them.
 func (c *callObserver) Event(e pgadvisory.Event) {
-	if e.Kind == pgadvisory.EventAcquired && !c.waitRecorded {
-		c.waitRecorded = true
-		c.o.wait.Record(c.ctx, e.Wait.Seconds(), c.measurement(pgadvisory.OutcomeAcquired, ""))
+	switch e.Kind {
+	case pgadvisory.EventAcquired:
+		if !c.waitRecorded {
+			c.waitRecorded = true
+			c.o.wait.Record(c.ctx, e.Wait.Seconds(), c.lock.measurement(pgadvisory.OutcomeAcquired, ""))
+		}
+		if c.span.IsRecording() {
+			if e.Token != 0 {
+				c.span.SetAttributes(FencingTokenKey.Int64(e.Token))
+			}
+			c.span.AddEvent("acquired")
+		}
+	case pgadvisory.EventError:
+		if c.span.IsRecording() {
+			c.span.AddEvent("error", trace.WithAttributes(ErrorTypeKey.String(ErrorType(e.Err))))
+		}
 	}
-	if !c.span.IsRecording() {
-		return
-	}
-	if e.Token != 0 && !c.tokenSet {
-		c.tokenSet = true
-		c.span.SetAttributes(FencingTokenKey.Int64(e.Token))
-	}
-	if e.Err != nil {
-		c.span.AddEvent(e.Kind.String(), trace.WithAttributes(ErrorTypeKey.String(ErrorType(e.Err))))
-		return
-	}
-	c.span.AddEvent(e.Kind.String())
 }
 
 // EndCall records the call's metrics and ends its span.
 func (c *callObserver) EndCall(end pgadvisory.CallEnd) {
 	errType := ErrorType(end.Err)
 	if c.kind != pgadvisory.CallFenced {
-		m := c.measurement(end.Outcome, "")
+		m := c.lock.measurement(end.Outcome, "")
 		if !c.waitRecorded && end.Wait > 0 {
 			c.o.wait.Record(c.ctx, end.Wait.Seconds(), m)
 		}
@@ -56,12 +58,12 @@ func (c *callObserver) EndCall(end pgadvisory.CallEnd) {
 			c.o.hold.Record(c.ctx, end.Held.Seconds(), m)
 		}
 		if errType != "" {
-			m = c.measurement(end.Outcome, errType)
+			m = c.lock.measurement(end.Outcome, errType)
 		}
 		c.o.attempts.Add(c.ctx, 1, m)
 	}
 	if end.Rejection != nil {
-		c.o.rejections.Add(c.ctx, 1, metric.WithAttributeSet(c.rejectionSet(end.Rejection)))
+		c.o.rejections.Add(c.ctx, 1, c.lock.rejection(end.Rejection))
 	}
 	if c.span.IsRecording() {
 		c.endSpan(end, errType)
@@ -88,28 +90,4 @@ func (c *callObserver) endSpan(end pgadvisory.CallEnd, errType string) {
 	if end.Err != nil && end.Outcome != pgadvisory.OutcomeLocked && !end.AlreadyDone {
 		c.span.SetStatus(codes.Error, end.Err.Error())
 	}
-}
-
-// measurement is the attribute set of the call's metrics with outcome and
-// errType (see Observer.measurement).
-func (c *callObserver) measurement(outcome pgadvisory.Outcome, errType string) metric.MeasurementOption {
-	k := c.key
-	k.outcome, k.errType = outcome, errType
-	return c.o.measurement(k)
-}
-
-// rejectionSet is the attribute set of a fencing rejection: the lock's
-// name and ID (as configured), the family and what was refused. Rejections
-// are rare; their sets are not cached.
-func (c *callObserver) rejectionSet(kind error) attribute.Set {
-	var kvs [4]attribute.KeyValue
-	attrs := kvs[:0]
-	if c.key.name != "" {
-		attrs = append(attrs, LockNameKey.String(c.key.name))
-	}
-	if c.key.hasID {
-		attrs = append(attrs, LockIDKey.Int64(c.key.id))
-	}
-	attrs = append(attrs, CallKey.String(c.kind.String()), RejectionKey.String(rejectionName(kind)))
-	return attribute.NewSet(attrs...)
 }

@@ -54,9 +54,10 @@
 //
 // Each call makes one span, "lockgen.<call> <lock name>", a child of the
 // span in the caller's context, from the call's start to its end, with the
-// metrics' attributes and the outcome, the call's events (acquired,
-// contended, released, error) as span events, the fencing token of a fenced
-// call and the window of a run-once call. Its status is Error when the call
+// metrics' attributes and the outcome, the fencing token of a fenced call
+// and the window of a run-once call. Span events mark what the span's start
+// and end do not: the grant ("acquired"), and a failed step or a lost
+// session lock ("error", with error.type). Its status is Error when the call
 // failed, except for ErrLocked and a RunOnce window already done, which are
 // answers, not failures.
 //

@@ -26,55 +26,120 @@ type Observer struct {
 	rejections   metric.Int64Counter
 	metricLockID bool
 
-	// measurements caches the attribute sets of the metrics (setKey ->
-	// metric.MeasurementOption), up to maxCachedSets of them: building a
-	// set sorts and hashes its attributes, which would otherwise be most
-	// of the observer's cost.
-	measurements sync.Map
-	cached       atomic.Int64
+	// locks caches what the observer builds per lock (lockKey ->
+	// *lockEntry), for up to maxCachedLocks locks: building an attribute
+	// set sorts and hashes it, which would otherwise be most of the
+	// observer's own cost.
+	locks  sync.Map
+	cached atomic.Int64
 }
 
-// maxCachedSets bounds the cache of attribute sets. The SDK keeps one
-// series per set anyway; beyond the bound (many parameterized lock IDs)
-// sets are built per call.
-const maxCachedSets = 4096
+// maxCachedLocks bounds the cache. The SDK keeps the series of every set
+// anyway; beyond the bound (many parameterized lock IDs with
+// WithMetricLockID(true)) a call builds the sets it needs itself.
+const maxCachedLocks = 4096
 
-// setKey identifies the attribute set of a measurement.
-type setKey struct {
-	name    string
-	id      int64
-	hasID   bool
-	kind    pgadvisory.CallKind
-	outcome pgadvisory.Outcome
-	errType string
+// lockKey identifies a call's lock in the metrics: its name, its ID (as
+// configured) and the call's family.
+type lockKey struct {
+	name  string
+	id    int64
+	hasID bool
+	kind  pgadvisory.CallKind
 }
 
-// measurement is the option carrying the attribute set of k: the lock's
-// name and ID (as configured), the family, the outcome and, if not empty,
-// error.type.
-func (o *Observer) measurement(k setKey) metric.MeasurementOption {
-	if v, ok := o.measurements.Load(k); ok {
+// lockEntry is what the observer keeps per lockKey: the span name and the
+// measurement options (attribute sets) of its metrics.
+type lockEntry struct {
+	key      lockKey
+	spanName string
+	// byOutcome are the options of each outcome without error.type; a
+	// cached entry has them all, a call's own entry builds them on demand.
+	byOutcome [pgadvisory.OutcomeError + 1]metric.MeasurementOption
+	// withError maps errorKey to the options with error.type (or of a
+	// fencing rejection), built as they occur.
+	withError sync.Map
+}
+
+// errorKey is an outcome with an error.type, or a fencing rejection (with
+// rejection set).
+type errorKey struct {
+	outcome   pgadvisory.Outcome
+	errType   string
+	rejection bool
+}
+
+// entry returns the cached entry of k, or a call's own when the cache is
+// full.
+func (o *Observer) entry(k lockKey) *lockEntry {
+	if v, ok := o.locks.Load(k); ok {
+		return v.(*lockEntry)
+	}
+	e := &lockEntry{key: k, spanName: "lockgen." + k.kind.String()}
+	if k.name != "" {
+		e.spanName += " " + k.name
+	}
+	if o.cached.Load() >= maxCachedLocks {
+		return e
+	}
+	for outcome := pgadvisory.OutcomeAcquired; outcome <= pgadvisory.OutcomeError; outcome++ {
+		e.byOutcome[outcome] = e.build(errorKey{outcome: outcome})
+	}
+	if v, loaded := o.locks.LoadOrStore(k, e); loaded {
+		return v.(*lockEntry)
+	}
+	o.cached.Add(1)
+	return e
+}
+
+// measurement is the option for outcome and, if not empty, errType.
+func (e *lockEntry) measurement(outcome pgadvisory.Outcome, errType string) metric.MeasurementOption {
+	if errType == "" {
+		if m := e.byOutcome[outcome]; m != nil {
+			return m
+		}
+		m := e.build(errorKey{outcome: outcome})
+		e.byOutcome[outcome] = m // a call's own entry: one goroutine at a time
+		return m
+	}
+	return e.withErrorKey(errorKey{outcome: outcome, errType: errType})
+}
+
+// rejection is the option of a fencing rejection of kind.
+func (e *lockEntry) rejection(kind error) metric.MeasurementOption {
+	return e.withErrorKey(errorKey{errType: rejectionName(kind), rejection: true})
+}
+
+func (e *lockEntry) withErrorKey(k errorKey) metric.MeasurementOption {
+	if v, ok := e.withError.Load(k); ok {
 		return v.(metric.MeasurementOption)
 	}
+	v, _ := e.withError.LoadOrStore(k, e.build(k))
+	return v.(metric.MeasurementOption)
+}
+
+// build makes the attribute set of k: the lock's name and ID (as
+// configured), the family, and the outcome with error.type, or the
+// rejection.
+func (e *lockEntry) build(k errorKey) metric.MeasurementOption {
 	var kvs [5]attribute.KeyValue
 	attrs := kvs[:0]
-	if k.name != "" {
-		attrs = append(attrs, LockNameKey.String(k.name))
+	if e.key.name != "" {
+		attrs = append(attrs, LockNameKey.String(e.key.name))
 	}
-	if k.hasID {
-		attrs = append(attrs, LockIDKey.Int64(k.id))
+	if e.key.hasID {
+		attrs = append(attrs, LockIDKey.Int64(e.key.id))
 	}
-	attrs = append(attrs, CallKey.String(k.kind.String()), OutcomeKey.String(k.outcome.String()))
-	if k.errType != "" {
-		attrs = append(attrs, ErrorTypeKey.String(k.errType))
+	attrs = append(attrs, CallKey.String(e.key.kind.String()))
+	switch {
+	case k.rejection:
+		attrs = append(attrs, RejectionKey.String(k.errType))
+	case k.errType != "":
+		attrs = append(attrs, OutcomeKey.String(k.outcome.String()), ErrorTypeKey.String(k.errType))
+	default:
+		attrs = append(attrs, OutcomeKey.String(k.outcome.String()))
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(attrs...))
-	if o.cached.Load() < maxCachedSets {
-		if _, loaded := o.measurements.LoadOrStore(k, opt); !loaded {
-			o.cached.Add(1)
-		}
-	}
-	return opt
+	return metric.WithAttributeSet(attribute.NewSet(attrs...))
 }
 
 // Option configures [New].
@@ -160,18 +225,12 @@ func New(opts ...Option) (*Observer, error) {
 // StartCall implements pgadvisory.Observer: it starts the call's span, a
 // child of ctx's, and returns ctx with it.
 func (o *Observer) StartCall(ctx context.Context, call pgadvisory.Call) (context.Context, pgadvisory.CallObserver) {
-	c := &callObserver{o: o, kind: call.Kind, key: setKey{name: call.Name, kind: call.Kind}}
-	if len(call.LockIDs) > 0 {
-		c.id = call.LockIDs[0]
-		if o.metricLockID {
-			c.key.id, c.key.hasID = c.id, true
-		}
+	k := lockKey{name: call.Name, kind: call.Kind}
+	if len(call.LockIDs) > 0 && o.metricLockID {
+		k.id, k.hasID = call.LockIDs[0], true
 	}
-	name := "lockgen." + call.Kind.String()
-	if call.Name != "" {
-		name += " " + call.Name
-	}
-	ctx, c.span = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	c := &callObserver{o: o, kind: call.Kind, lock: o.entry(k)}
+	ctx, c.span = o.tracer.Start(ctx, c.lock.spanName, trace.WithSpanKind(trace.SpanKindInternal))
 	if c.span.IsRecording() {
 		c.span.SetAttributes(spanAttributes(call)...)
 	}

@@ -120,9 +120,9 @@ func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 }
 
 func eventNames(s tracetest.SpanStub) []string {
-	names := make([]string, len(s.Events))
-	for i, e := range s.Events {
-		names[i] = e.Name
+	var names []string
+	for _, e := range s.Events {
+		names = append(names, e.Name)
 	}
 	return names
 }

@@ -41,7 +41,7 @@ func TestRunRecordsEveryOutcome(t *testing.T) {
 		require.Contains(t, out, "lockgen.outcome="+outcome+"} ", outcome)
 	}
 	require.Contains(t, out, "lockgen.lock.hold.duration{lockgen.call=run_session,lockgen.lock.name=outbox.relay,lockgen.outcome=lost} count=1")
-	require.Contains(t, out, "\n    lockgen.run_session outbox.relay [outcome=lost error.type=lock_lost status=Error] events: acquired, error, released\n      relay batch\n",
+	require.Contains(t, out, "\n    lockgen.run_session outbox.relay [outcome=lost error.type=lock_lost status=Error] events: acquired, error\n      relay batch\n",
 		"the relay's work nests under its lock's span")
 
 	var rows int
