@@ -67,7 +67,8 @@ func (k CallKind) String() string {
 	return "unknown"
 }
 
-// Call describes a call as it starts (see [Observer]).
+// Call describes a call as it starts (see [Observer]). LockIDs is the
+// call's own slice, as in [Event]: read it, do not change it.
 type Call struct {
 	Kind    CallKind
 	Name    string  // declared lock name, if the call came through a [Lock]
@@ -188,7 +189,6 @@ func (eventFunc) EndCall(CallEnd) {}
 
 // observation is a call's observers and what they are told at the end.
 type observation struct {
-	active             bool
 	scoped, registered CallObserver
 	kind               CallKind
 	start              time.Time
@@ -206,16 +206,18 @@ func (c *config) startCall(ctx *context.Context, kind CallKind, window string, t
 		return false
 	}
 	call := Call{Kind: kind, Name: c.name, LockIDs: c.ids, Shared: c.shared, Fencing: c.fencing, Window: window, Token: token}
-	o := &c.obs
-	o.kind, o.start = kind, time.Now()
+	o := &observation{kind: kind, start: time.Now()}
 	if c.observer != nil {
 		*ctx, o.scoped = startOne(*ctx, c.observer, call)
 	}
 	if registered != nil {
 		*ctx, o.registered = startOne(*ctx, registered, call)
 	}
-	o.active = o.scoped != nil || o.registered != nil
-	return o.active
+	if o.scoped == nil && o.registered == nil {
+		return false
+	}
+	c.obs = o
+	return true
 }
 
 // startOne starts obs on call, keeping ctx when obs returns none.
@@ -229,8 +231,8 @@ func startOne(ctx context.Context, obs Observer, call Call) (context.Context, Ca
 
 // emit reports e, completed with the call's locks, to the call's observers.
 func (c *config) emit(e Event) {
-	o := &c.obs
-	if !o.active {
+	o := c.obs
+	if o == nil {
 		return
 	}
 	e.Name, e.LockIDs, e.Shared, e.Session = c.name, c.ids, c.shared, c.session
@@ -273,7 +275,7 @@ var errFnPanicked = errors.New("pgadvisory: fn panicked")
 
 // endCall tells the call's observers that it returned err.
 func (c *config) endCall(err error) {
-	o := &c.obs
+	o := c.obs
 	end := CallEnd{Outcome: c.outcome(err), Err: err, Held: o.held, AlreadyDone: o.alreadyDone, Rejection: ownRejection(err)}
 	if o.answered {
 		end.Wait = o.wait
@@ -288,7 +290,7 @@ func (c *config) endCall(err error) {
 
 // outcome maps the call's error to its outcome (see Outcome).
 func (c *config) outcome(err error) Outcome {
-	o := &c.obs
+	o := c.obs
 	switch {
 	case o.kind == CallFenced:
 		return OutcomeNone

@@ -49,7 +49,7 @@ type config struct {
 	timeout  time.Duration // with wait: 0 means until ctx is done
 	readOnly bool
 	observer Observer      // the call's own (WithObserver, WithCallObserver)
-	obs      observation   // the call's observers, once it started
+	obs      *observation  // the call's observers, once it started; nil when none
 	interval time.Duration // session locks: liveness check period
 	session  bool
 	fencing  bool
