@@ -10,6 +10,10 @@
 # from the same pass; the root module's internal/testkit/benchratio prints the
 # paired ratios (median over passes of the per-pass ratio).
 #
+# BenchmarkObserverPaired times the rows call by call in one loop (random
+# order per round) and reports the ratios of the medians itself: the steadier
+# figure on a busy machine; its ratios are summarised last.
+#
 # Environment: PASSES (10), BENCHTIME (1s), BENCH (regexp, 'Observer'), OUT (raw
 # output file; default a temp file, path printed), STRICT=1 (exit 1 when a claim
 # misses), LOCKGEN_DATABASE_URL (see README).
@@ -44,9 +48,25 @@ echo "raw results: $OUT" >&2
 
 strict=()
 [ "${STRICT:-0}" = 1 ] && strict=(-strict)
-cd ..
-go run ./internal/testkit/benchratio "${strict[@]}" \
+status=0
+(cd .. && go run ./internal/testkit/benchratio "${strict[@]}" \
   -ratio 'Observer/otel : Observer/none <= 1.03' \
   -ratio 'Observer/otel_unsampled : Observer/none' \
   -ratio 'Observer/noop : Observer/none' \
-  "$OUT"
+  -ratio 'Observer/sdk_floor : Observer/none' \
+  -ratio 'Observer/otel : Observer/sdk_floor' \
+  "$OUT") || status=$?
+
+# BenchmarkObserverPaired reports, per pass, the ratio of each row's median
+# single-call time to none's; print the median over passes and the range.
+echo
+echo "ObserverPaired: median single-call time ÷ none's (median over passes, min–max)"
+for row in noop otel otel_unsampled sdk_floor; do
+  grep '^BenchmarkObserverPaired' "$OUT" |
+    awk -v key="$row/none" '{ for (i = 2; i < NF; i++) if ($(i+1) == key) print $i }' |
+    sort -g | awk -v row="$row" '{ v[NR] = $1 } END {
+      if (NR == 0) exit
+      m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "  %-16s %.3f  (%.3f–%.3f, %d passes)\n", row, m, v[1], v[NR], NR }'
+done
+exit "$status"

@@ -15,14 +15,22 @@ package lockgenotel_test
 //     sampled and handed to a batch span processor (with an exporter that
 //     drops them), metrics aggregated for a reader;
 //   - otel_unsampled: the same with a sampler that records no span (metrics
-//     only), as services that sample a small share of traces mostly run.
+//     only), as services that sample a small share of traces mostly run;
+//   - sdk_floor: no observer, but the least the SDK does for what otel
+//     records: a sampled span around the call and three measurements with
+//     one attribute set built beforehand. otel minus sdk_floor is what this
+//     package adds to the SDK's own cost.
 //
-// BenchmarkObserverAlone is the observer's own work for one call, without
-// the database, for the same two samplers.
+// BenchmarkObserverPaired runs the same rows interleaved call by call and
+// compares the medians of the single calls' times; BenchmarkObserverAlone
+// is the observer's own work for one call, without the database, for the
+// same two samplers.
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -30,8 +38,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	lockgenotel "github.com/lockgen/lockgen/otel"
@@ -63,22 +74,132 @@ func BenchmarkObserverAlone(b *testing.B) {
 
 // BenchmarkObserver is the observer's cost in a call.
 func BenchmarkObserver(b *testing.B) {
+	pool, rows := benchRows(b)
+	cases := make([]benchCase, len(rows))
+	for i, r := range rows {
+		cases[i] = benchCase{r.name, func(b *testing.B) { benchOp(b, pool, r.op) }}
+	}
+	runCases(b, cases...)
+}
+
+// BenchmarkObserverPaired runs the rows of BenchmarkObserver in turn, one
+// call each, inside one loop: each call is timed on its own, and the
+// medians of those times are compared. Neighbouring calls see the same
+// load, so on a shared, busy machine the paired ratio is far steadier than
+// a ratio of two benchmarks run seconds apart. It reports each row's
+// median (<row>-µs) and the ratios of the medians to none's (<row>/none);
+// ns/op is the time of one round of all rows.
+func BenchmarkObserverPaired(b *testing.B) {
+	_, rows := benchRows(b)
+	for range 100 {
+		for _, r := range rows {
+			if err := r.op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	samples := make([][]time.Duration, len(rows))
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ReportAllocs()
+	for b.Loop() {
+		// Each round runs the rows in a random order, so that no row
+		// always follows the same one (and inherits its after-effects: a
+		// garbage collection, a background goroutine).
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			start := time.Now()
+			if err := rows[i].op(); err != nil {
+				b.Fatal(err)
+			}
+			samples[i] = append(samples[i], time.Since(start))
+		}
+	}
+	base := medianDuration(samples[0])
+	for i, r := range rows {
+		m := medianDuration(samples[i])
+		b.ReportMetric(float64(m)/1e3, r.name+"-µs")
+		if i > 0 {
+			b.ReportMetric(float64(m)/float64(base), fmt.Sprintf("%s/none", r.name))
+		}
+	}
+}
+
+// benchRow is one row: a RunExclusivePgx call on the benchmark's pool.
+type benchRow struct {
+	name string
+	op   func() error
+}
+
+// benchRows opens the pool and makes the rows (see the file comment), none
+// first.
+func benchRows(b *testing.B) (*pgxpool.Pool, []benchRow) {
 	ctx := context.Background()
 	pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 16 })
 	lock := pgadvisory.Lock{Name: "bench.observer", ID: testdb.Key(b)}
+	empty := func(pgx.Tx) error { return nil }
+	call := func(opts ...pgadvisory.Option) func() error {
+		return func() error { return lock.RunExclusivePgx(ctx, pool, empty, opts...) }
+	}
 	sampled := benchObserver(b, sdktrace.AlwaysSample())
 	unsampled := benchObserver(b, sdktrace.NeverSample())
-	call := func(opts ...pgadvisory.Option) func() error {
-		return func() error {
-			return lock.RunExclusivePgx(ctx, pool, func(pgx.Tx) error { return nil }, opts...)
-		}
+	floor := newSDKFloor(b)
+	return pool, []benchRow{
+		{"none", call()},
+		{"noop", call(pgadvisory.WithObserver(func(pgadvisory.Event) {}))},
+		{"otel", call(sampled.Option())},
+		{"otel_unsampled", call(unsampled.Option())},
+		{"sdk_floor", func() error {
+			sctx, span := floor.tracer.Start(ctx, "lock")
+			err := lock.RunExclusivePgx(sctx, pool, empty)
+			floor.wait.Record(sctx, 0.0001, floor.attrs)
+			floor.hold.Record(sctx, 0.0001, floor.attrs)
+			floor.attempts.Add(sctx, 1, floor.attrs)
+			span.End()
+			return err
+		}},
 	}
-	runCases(b,
-		benchCase{"none", func(b *testing.B) { benchOp(b, pool, call()) }},
-		benchCase{"noop", func(b *testing.B) { benchOp(b, pool, call(pgadvisory.WithObserver(func(pgadvisory.Event) {}))) }},
-		benchCase{"otel", func(b *testing.B) { benchOp(b, pool, call(sampled.Option())) }},
-		benchCase{"otel_unsampled", func(b *testing.B) { benchOp(b, pool, call(unsampled.Option())) }},
-	)
+}
+
+// sdkFloor is the SDK, configured as benchObserver configures it, with
+// instruments like the observer's and one attribute set built once.
+type sdkFloor struct {
+	tracer     trace.Tracer
+	wait, hold metric.Float64Histogram
+	attempts   metric.Int64Counter
+	attrs      metric.MeasurementOption
+}
+
+func newSDKFloor(b *testing.B) *sdkFloor {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(dropSpans{}))
+	b.Cleanup(func() {
+		_ = mp.Shutdown(context.Background())
+		_ = tp.Shutdown(context.Background())
+	})
+	meter := mp.Meter("floor")
+	f := &sdkFloor{tracer: tp.Tracer("floor"), attrs: metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("lockgen.lock.name", "bench.observer"), attribute.String("lockgen.outcome", "acquired")))}
+	var err error
+	if f.wait, err = meter.Float64Histogram("wait"); err != nil {
+		b.Fatal(err)
+	}
+	if f.hold, err = meter.Float64Histogram("hold"); err != nil {
+		b.Fatal(err)
+	}
+	if f.attempts, err = meter.Int64Counter("attempts"); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+func medianDuration(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // benchObserver is an Observer on the SDK: sampler decides which spans are
