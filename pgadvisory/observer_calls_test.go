@@ -119,6 +119,14 @@ func TestCallObserverOutcomes(t *testing.T) {
 			require.ErrorContains(t, c.end.Err, "fn panicked")
 		})
 
+		t.Run("refused before the start: not observed", func(t *testing.T) {
+			require.ErrorIs(t, door.RunExclusive(ctx, key, noop, observe, pgadvisory.WithWait(-time.Second)), pgadvisory.ErrInvalidArgument)
+			require.ErrorIs(t, door.RunSession(ctx, key, func(context.Context) error { return nil }, observe, pgadvisory.WithFencing()),
+				pgadvisory.ErrInvalidArgument)
+			require.ErrorIs(t, door.RunOnce(ctx, key, "", noop, observe), pgadvisory.ErrInvalidArgument)
+			require.Empty(t, log.take())
+		})
+
 		t.Run("the observer's context is the call's", func(t *testing.T) {
 			tr := &queryTracer{}
 			traced := frontdoor.Open(t, door.Driver, frontdoor.Configure(func(cc *pgx.ConnConfig) { cc.Tracer = tr }))

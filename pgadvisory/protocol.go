@@ -86,6 +86,13 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // RunExclusivePgx (and RunOnce, RunOncePgx), between its observers' start
 // and end (observe.go).
 func run(ctx context.Context, c *config, d txDriver, call func() error) error {
+	if c.fencing && d.maxConns() == 1 {
+		// The publish needs a second connection while the lock transaction
+		// holds the only one: refuse now instead of waiting for the publish
+		// step's timeout on every call.
+		return c.invalid("publish", errors.New("WithFencing publishes the token on a second pool connection "+
+			"while the lock transaction holds one, and this pool allows only 1; allow at least 2"))
+	}
 	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return runTx(ctx, c, d, call) })
 }
 
@@ -93,13 +100,6 @@ func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 func runTx(ctx context.Context, c *config, d txDriver, call func() error) error {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
-	}
-	if c.fencing && d.maxConns() == 1 {
-		// The publish needs a second connection while the lock transaction
-		// holds the only one: refuse now instead of waiting for the publish
-		// step's timeout on every call.
-		return c.invalid("publish", errors.New("WithFencing publishes the token on a second pool connection "+
-			"while the lock transaction holds one, and this pool allows only 1; allow at least 2"))
 	}
 	start := time.Now()
 	var txc *txContext // made when a driver step needs it (see txContext)

@@ -116,7 +116,6 @@ func runSession(ctx context.Context, c *config, acquire func(context.Context) (s
 // runSessionLock is the session-lock protocol itself: open (check the
 // connection), lock, watch while fn runs, release and verify.
 func runSessionLock(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
-	c.session = true
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
