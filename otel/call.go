@@ -14,18 +14,18 @@ import (
 type callObserver struct {
 	o            *Observer
 	ctx          context.Context // the caller's context with the call's span
-	kind         pgadvisory.CallKind
+	call         pgadvisory.Call
 	lock         *lockEntry
+	token        int64 // a fenced call's token, from the grant
 	span         trace.Span
 	waitRecorded bool
 }
 
 // Event records the grant's wait at once, so that a session lock held for
 // hours shows its wait when it is granted, and adds the moments that the
-// span's own start and end do not mark to the span: the grant ("acquired",
-// with a fenced call's token) and a failed step or a lost session lock
-// ("error"). The contention and the release end the call: the span's end
-// and attributes say them.
+// span's own start and end do not mark to the span: the grant ("acquired")
+// and a failed step or a lost session lock ("error"). The contention and
+// the release end the call: the span's end and attributes say them.
 func (c *callObserver) Event(e pgadvisory.Event) {
 	switch e.Kind {
 	case pgadvisory.EventAcquired:
@@ -33,10 +33,8 @@ func (c *callObserver) Event(e pgadvisory.Event) {
 			c.waitRecorded = true
 			c.o.wait.Record(c.ctx, e.Wait.Seconds(), c.lock.measurement(pgadvisory.OutcomeAcquired, ""))
 		}
+		c.token = e.Token
 		if c.span.IsRecording() {
-			if e.Token != 0 {
-				c.span.SetAttributes(FencingTokenKey.Int64(e.Token))
-			}
 			c.span.AddEvent("acquired")
 		}
 	case pgadvisory.EventError:
@@ -49,7 +47,7 @@ func (c *callObserver) Event(e pgadvisory.Event) {
 // EndCall records the call's metrics and ends its span.
 func (c *callObserver) EndCall(end pgadvisory.CallEnd) {
 	errType := ErrorType(end.Err)
-	if c.kind != pgadvisory.CallFenced {
+	if c.call.Kind != pgadvisory.CallFenced {
 		m := c.lock.measurement(end.Outcome, "")
 		if !c.waitRecorded && end.Wait > 0 {
 			c.o.wait.Record(c.ctx, end.Wait.Seconds(), m)
@@ -71,10 +69,13 @@ func (c *callObserver) EndCall(end pgadvisory.CallEnd) {
 	c.span.End()
 }
 
-// endSpan sets the span's outcome and status.
+// endSpan sets the span's attributes, outcome and status.
 func (c *callObserver) endSpan(end pgadvisory.CallEnd, errType string) {
-	var kvs [3]attribute.KeyValue
-	attrs := kvs[:0]
+	var kvs [12]attribute.KeyValue
+	attrs := spanAttributes(c.call, kvs[:0])
+	if c.token != 0 && c.call.Token == 0 {
+		attrs = append(attrs, FencingTokenKey.Int64(c.token))
+	}
 	if end.Outcome != pgadvisory.OutcomeNone {
 		attrs = append(attrs, OutcomeKey.String(end.Outcome.String()))
 	}

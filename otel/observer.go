@@ -229,11 +229,8 @@ func (o *Observer) StartCall(ctx context.Context, call pgadvisory.Call) (context
 	if len(call.LockIDs) > 0 && o.metricLockID {
 		k.id, k.hasID = call.LockIDs[0], true
 	}
-	c := &callObserver{o: o, kind: call.Kind, lock: o.entry(k)}
+	c := &callObserver{o: o, call: call, lock: o.entry(k)}
 	ctx, c.span = o.tracer.Start(ctx, c.lock.spanName, trace.WithSpanKind(trace.SpanKindInternal))
-	if c.span.IsRecording() {
-		c.span.SetAttributes(spanAttributes(call)...)
-	}
 	c.ctx = ctx
 	return ctx, c
 }
@@ -244,11 +241,10 @@ func (o *Observer) Option() pgadvisory.Option {
 	return pgadvisory.WithCallObserver(o)
 }
 
-// spanAttributes are a call's attributes as its span starts. They are set
-// only on a span that records: a sampler that drops the span makes them
-// free.
-func spanAttributes(call pgadvisory.Call) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 7)
+// spanAttributes are a call's attributes, set on its span when it ends
+// (all at once: one call into the SDK), and only on a span that records: a
+// sampler that drops the span makes them free.
+func spanAttributes(call pgadvisory.Call, attrs []attribute.KeyValue) []attribute.KeyValue {
 	if call.Name != "" {
 		attrs = append(attrs, LockNameKey.String(call.Name))
 	}
