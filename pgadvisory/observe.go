@@ -159,7 +159,7 @@ type CallEnd struct {
 // takes the place of [WithObserver] given before it (one call-level observer
 // per call; a later one wins, like every option), and a nil o removes it.
 func WithCallObserver(o Observer) Option {
-	return optionFunc(func(c *config) { c.observer = o })
+	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = o })
 }
 
 // ObserverFunc turns an event function such as [SlogObserver]'s into an
