@@ -63,6 +63,7 @@ var errorTypes = []struct {
 	{pgadvisory.ErrLockTableFull, "lock_table_full"},
 	{pgadvisory.ErrStandby, "standby"},
 	{pgadvisory.ErrTransactionPooler, "transaction_pooler"},
+	{pgadvisory.ErrStatementPooler, "statement_pooler"},
 	{pgadvisory.ErrIsolationLevel, "isolation_level"},
 	{pgadvisory.ErrNotMigrated, "not_migrated"},
 	{pgadvisory.ErrInvalidArgument, "invalid_argument"},

@@ -38,6 +38,7 @@ var sentinels = map[string]struct {
 	"ErrIsolationLevel":    {pgadvisory.ErrIsolationLevel, "isolation_level"},
 	"ErrLockLost":          {pgadvisory.ErrLockLost, "lock_lost"},
 	"ErrTransactionPooler": {pgadvisory.ErrTransactionPooler, "transaction_pooler"},
+	"ErrStatementPooler":   {pgadvisory.ErrStatementPooler, "statement_pooler"},
 	"ErrStaleToken":        {pgadvisory.ErrStaleToken, "stale_token"},
 	"ErrMissingToken":      {pgadvisory.ErrMissingToken, "missing_token"},
 	"ErrTruncateRefused":   {pgadvisory.ErrTruncateRefused, "truncate_refused"},
