@@ -35,14 +35,11 @@
 //     trigger it accompanies), and their helper
 //     pgadvisory.fence_require_current(bigint, bigint, text, text[]).
 //
-// A write to a fenced table carries the transaction-local setting
-// pgadvisory.fencing_token, else the row's fencing_token column; it is
-// accepted only when that token is the lock's published token. The triggers
-// raise SQLSTATE LF001 for a stale token, LF002 for a missing token in strict
-// mode and LF003 for a TRUNCATE of a table fenced by a parameterized lock;
-// their messages start with "pgadvisory: ". lockgen fence generates the
-// migration that fences an application table. Down drops 00002's objects,
-// and fails while a table still uses the trigger functions.
+// The triggers raise SQLSTATE LF001 for a stale token, LF002 for a missing
+// token in strict mode and LF003 for a TRUNCATE of a table fenced by a
+// parameterized lock; their messages start with "pgadvisory: ". Down drops
+// 00002's objects, and fails while a table still uses the trigger
+// functions.
 //
 // 00003_registry.sql adds the registry of declared locks and the status view:
 //
@@ -77,6 +74,43 @@
 // is set when its transaction commits. pgadvisory.RunOnce claims a window
 // before fn runs, so the row cannot know the end of the run when it is
 // written. Down drops both.
+//
+// 00005_fencing_acquire.sql adds the fenced acquisition that
+// pgadvisory.WithFencing runs on the lock's own connection, in one message:
+//
+//	BEGIN ISOLATION LEVEL READ COMMITTED;
+//	SELECT granted, standby, token FROM pgadvisory.fence_acquire(ids, wait, lock_timeout, publish_timeout);
+//	COMMIT AND CHAIN;
+//	SELECT pgadvisory.fence_handover();
+//
+// Its objects:
+//
+//   - pgadvisory.fence_acquire(bigint[], boolean, text, text), SECURITY
+//     DEFINER: takes session-level advisory locks on the IDs, draws a token,
+//     publishes it (55P03 after the publish timeout while writers of the
+//     previous token are in flight; LF004 when a newer token is published,
+//     i.e. the sequence went backwards), forces synchronous_commit = on for
+//     its transaction, and leaves the hand-over pending in the session
+//     setting pgadvisory.pending; on any error it releases its session
+//     locks;
+//   - pgadvisory.fence_handover(): in the chained transaction, takes the
+//     locks at transaction level, drops the session-level ones, and sets
+//     the transaction-local settings pgadvisory.fencing_token and
+//     pgadvisory.granted;
+//   - 00002's fence_require_current becomes SECURITY DEFINER, so writers
+//     need no privilege on pgadvisory.fence.
+//
+// 00006_fencing_statement_check.sql adds the trigger functions of the
+// layout lockgen fence writes, in which a write's token is only its
+// transaction's setting pgadvisory.fencing_token and the row's
+// fencing_token column is a stamp: pgadvisory.fence_stamp() (BEFORE INSERT
+// OR UPDATE row trigger that re-stamps rows whose stamp is not the token)
+// and pgadvisory.fence_check_statement() (AFTER INSERT, UPDATE and DELETE
+// statement triggers with the transition tables fence_new and fence_old:
+// one check per statement and distinct lock, on the rows as written). It
+// replaces 00002's fence_check, fence_check_param and fence_truncate_guard
+// so that tables fenced before read the token the same way. Down restores
+// 00002's functions.
 //
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
