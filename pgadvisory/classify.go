@@ -35,7 +35,7 @@ func classify(err error) error {
 		return ErrStatementPooler
 	case code == "57P01", code == "57P02", code == "57P03", code == "25P03", strings.HasPrefix(code, "08"):
 		return ErrConnLost
-	case code == "LF001":
+	case code == "LF001", code == "LF004":
 		return ErrStaleToken
 	case code == "LF002":
 		return ErrMissingToken

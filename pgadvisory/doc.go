@@ -84,32 +84,40 @@
 //   - [WithCheckInterval], [WithCheckTimeout]: how often a session lock
 //     checks its connection and lock, and how long one check may take.
 //   - [WithSessionPooler]: session locks through a pooler in session mode.
-//   - [WithFencing]: a fencing token for the call (see Fencing).
+//   - [WithFencing]: a fencing token for the call (see Fencing); not with
+//     WithShared or a read-only transaction.
 //   - [WithHolder]: the holder recorded in the run-once ledger.
 //
 // # Fencing
 //
 // A lock cannot stop a holder that lost it (a pause, a killed connection)
-// from writing later. With [WithFencing], the lock statement also draws a
-// token from the sequence pgadvisory.fencing_token_seq (in the same round
-// trip), the token is published durably in pgadvisory.fence before fn runs,
-// and tables guarded by lockgen's fencing trigger (see lockgen fence) accept
-// a write only if it carries the currently published token. The database is
-// the judge: a stale writer is rejected with SQLSTATE LF001
-// ([ErrStaleToken]) whatever the client believes. Writes through fn's
-// transaction carry the token already; fn reads it with [FencingToken], and
-// writes on other connections or in other processes carry it with
-// [RunFenced] or [SetFencingToken].
+// from writing later. With [WithFencing], the call draws a token from the
+// sequence pgadvisory.fencing_token_seq and publishes it durably in
+// pgadvisory.fence before fn runs, all on the lock's own connection and in
+// the lock's own round trip; tables guarded by lockgen's fence triggers (see
+// lockgen fence) accept a write only if it carries the currently published
+// token. The database is the judge: a stale writer is rejected with
+// SQLSTATE LF001 ([ErrStaleToken]) whatever the client believes. Writes
+// through fn's transaction carry the token already; fn reads it with
+// [FencingToken], and writes on other connections or in other processes
+// carry it with [RunFenced] or [SetFencingToken]. A token is only what the
+// writer set for its transaction: the fenced table's fencing_token column is
+// a stamp, never a token.
 //
-// Round trips: issuing the token adds none; publishing adds one statement on
-// another pool connection, and its commit waits for the WAL flush (that is
-// what makes it durable).
+// How: one message takes the locks at session level, draws and publishes
+// the token, commits that (synchronous_commit forced on, so the publish
+// survives a crash whatever the server's setting) with COMMIT AND CHAIN, and
+// hands the locks over to the chained transaction, in which fn runs. The key
+// is never free in between: a caller waiting for it (WithWait) gets it only
+// after fn's transaction ends. If the message fails part-way, the
+// connection is closed rather than returned to the pool, so no session lock
+// outlives the call (PgBouncer in transaction mode included).
 //
-// Pool size: a fenced call holds two connections while it publishes (the
-// lock transaction's and the publish's), so size the pool for twice the
-// number of concurrent fenced holders. The publish step gives up after 10s
-// (sooner if ctx ends first); a pool of one connection is refused at once
-// with [ErrInvalidArgument].
+// Cost: no extra round trip (two for [RunExclusivePgx], three for
+// [RunExclusive], as unfenced) and no second connection (a pool of one
+// works); the publish's commit waits for one WAL flush. A fenced call is
+// refused with [ErrInvalidArgument] together with [WithShared] or a
+// read-only transaction.
 //
 // # What a lock cannot do
 //

@@ -13,11 +13,15 @@ import (
 
 // databaseSQLTx runs the protocol over database/sql.
 type databaseSQLTx struct {
-	db *sql.DB
-	tx *sql.Tx
+	db   *sql.DB
+	tx   *sql.Tx
+	conn *sql.Conn // a fenced call's connection, held to the end; nil otherwise
 }
 
 func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool, st lockStatement, _ *runClaim) (lockResult, error) {
+	if st.fenced {
+		return d.beginFenced(ctx, txc, st)
+	}
 	var res lockResult
 	// The transaction keeps the context it began with for COMMIT: txc,
 	// linked to ctx while BEGIN runs.
@@ -27,15 +31,7 @@ func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool
 	if err != nil {
 		return res, err
 	}
-	row := tx.QueryRowContext(ctx, st.sql, st.args...)
-	if st.fenced {
-		var token sql.NullInt64
-		err = row.Scan(&res.granted, &res.standby, &token)
-		res.token = token.Int64
-	} else {
-		err = row.Scan(&res.granted, &res.standby)
-	}
-	if err != nil {
+	if err := tx.QueryRowContext(ctx, st.sql, st.args...).Scan(&res.granted, &res.standby); err != nil {
 		_ = tx.Rollback()
 		return res, err
 	}
@@ -43,14 +39,53 @@ func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool
 	return res, nil
 }
 
+// beginFenced runs the fenced acquisition: BEGIN, then the whole message
+// (st.message) as one simple-protocol query. It holds the connection itself
+// (a *sql.Conn) so that it can close it when the message fails. Errors of
+// the message's later statements surface from Scan, which closes the rows.
+func (d *databaseSQLTx) beginFenced(ctx context.Context, txc *txContext, st lockStatement) (lockResult, error) {
+	var res lockResult
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return res, err
+	}
+	// pgx's stdlib needs to be told to send a query without parameters as a
+	// simple-protocol message; other drivers (lib/pq) do it unasked.
+	var args []any
+	_ = conn.Raw(func(dc any) error {
+		if _, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+			args = []any{pgx.QueryExecModeSimpleProtocol}
+		}
+		return nil
+	})
+	stop := txc.link(ctx)
+	tx, err := conn.BeginTx(txc.or(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	stop()
+	if err != nil {
+		_ = conn.Close()
+		return res, err
+	}
+	var token sql.NullInt64
+	if err := tx.QueryRowContext(ctx, st.message, args...).Scan(&res.granted, &res.standby, &token); err != nil {
+		// Session locks may be left on the backend: end it.
+		_ = conn.Raw(func(dc any) error {
+			if c, ok := dc.(driver.Conn); ok {
+				_ = c.Close()
+			}
+			return nil
+		})
+		_ = tx.Rollback()
+		_ = conn.Close() // the pool finds the driver connection closed and drops it
+		return res, err
+	}
+	res.token = token.Int64
+	d.tx, d.conn = tx, conn
+	return res, nil
+}
+
 func (d *databaseSQLTx) beginsUnderTxContext() bool { return true }
 
 func (d *databaseSQLTx) txKey() any { return d.tx }
-
-func (d *databaseSQLTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {
-	n, err := sqlcstd.New().PublishFence(ctx, d.db, sqlcstd.PublishFenceParams{LockID: lockID, Token: token, LockTimeout: timeout})
-	return n == 1, err
-}
 
 func (d *databaseSQLTx) claim(ctx context.Context, cl *runClaim) (bool, error) {
 	claimed, err := sqlcstd.New().ClaimRun(ctx, d.tx, sqlcstd.ClaimRunParams{LockID: cl.lockID, WindowKey: cl.window, Holder: cl.holder})
@@ -63,11 +98,23 @@ func (d *databaseSQLTx) claim(ctx context.Context, cl *runClaim) (bool, error) {
 // commit sends COMMIT under the context the transaction began with (see
 // begin); ended is always false: database/sql reports a transaction that
 // fn ended as sql.ErrTxDone.
-func (d *databaseSQLTx) commit(context.Context) (bool, error) { return false, d.tx.Commit() }
+func (d *databaseSQLTx) commit(context.Context) (bool, error) {
+	defer d.releaseConn()
+	return false, d.tx.Commit()
+}
 
-func (d *databaseSQLTx) rollback(context.Context) (bool, error) { return false, d.tx.Rollback() }
+func (d *databaseSQLTx) rollback(context.Context) (bool, error) {
+	defer d.releaseConn()
+	return false, d.tx.Rollback()
+}
 
-func (d *databaseSQLTx) maxConns() int { return d.db.Stats().MaxOpenConnections }
+// releaseConn returns a fenced call's connection to the pool once its
+// transaction has ended.
+func (d *databaseSQLTx) releaseConn() {
+	if d.conn != nil {
+		_ = d.conn.Close()
+	}
+}
 
 func (d *databaseSQLTx) pipelined() bool { return false }
 

@@ -31,12 +31,20 @@ func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockS
 		b.Queue(st.prelude)
 	}
 	if st.fenced {
+		// The fenced acquisition travels with BEGIN in the same batch; the
+		// transaction is taken (locked) once the hand-over has run.
 		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
 			var token *int64
 			err := row.Scan(&res.granted, &res.standby, &token)
 			if token != nil {
 				res.token = *token
 			}
+			return err
+		})
+		b.Queue(fencedChainSQL)
+		b.Queue(fencedHandover).QueryRow(func(row pgx.Row) error {
+			var token *int64
+			err := row.Scan(&token)
 			locked = err == nil
 			return err
 		})
@@ -66,6 +74,10 @@ func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockS
 	err := br.Close()
 	if err != nil && !(locked && res.claimErr != nil) {
 		rctx, cancel := cleanupContext(ctx)
+		if st.fenced {
+			// Session locks may be left on the backend: end it.
+			closePgxTx(rctx, tx)
+		}
 		_ = tx.Rollback(rctx)
 		cancel()
 		return res, err
@@ -74,6 +86,14 @@ func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockS
 	// (a standby, a lock not granted, the claim's error) and rolls back.
 	d.tx = tx
 	return res, nil
+}
+
+// closePgxTx closes tx's connection, so that the pool destroys it when tx
+// releases it: the backend ends, and any lock it holds with it.
+func closePgxTx(ctx context.Context, tx pgx.Tx) {
+	if c := tx.Conn(); c != nil {
+		_ = c.Close(ctx)
+	}
 }
 
 // claimStatement is the claim's SQL and arguments, as sqlc generated them
@@ -117,11 +137,6 @@ func (recordedRow) Scan(...any) error { return errRecorded }
 func (d *pgxTx) beginsUnderTxContext() bool { return false }
 
 func (d *pgxTx) txKey() any { return d.tx }
-
-func (d *pgxTx) publish(ctx context.Context, lockID, token int64, timeout string) (bool, error) {
-	n, err := sqlcpgx.New().PublishFence(ctx, d.pool, sqlcpgx.PublishFenceParams{LockID: lockID, Token: token, LockTimeout: timeout})
-	return n == 1, err
-}
 
 func (d *pgxTx) claim(ctx context.Context, cl *runClaim) (bool, error) {
 	claimed, err := sqlcpgx.New().ClaimRun(ctx, d.tx, sqlcpgx.ClaimRunParams{LockID: cl.lockID, WindowKey: cl.window, Holder: cl.holder})
@@ -169,8 +184,6 @@ func (d *pgxTx) endedByFn() bool {
 	}
 	return false
 }
-
-func (d *pgxTx) maxConns() int { return int(d.pool.Config().MaxConns) }
 
 func (d *pgxTx) pipelined() bool { return true }
 

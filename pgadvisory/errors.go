@@ -118,14 +118,23 @@ var (
 	// directly, or through a pool in transaction mode for [RunExclusive].
 	ErrStatementPooler = errors.New("pgadvisory: connection goes through a pooler in statement mode, which refuses transactions; no advisory lock can work there (connect directly, or use transaction pooling for RunExclusive)")
 
-	// ErrStaleToken reports a fencing token that is no longer the published
-	// one (SQLSTATE LF001): a newer holder took the lock, so this holder lost
-	// it and must stop writing. Do not retry the write.
-	ErrStaleToken = errors.New("pgadvisory: stale fencing token; a newer holder has the lock (SQLSTATE LF001)")
+	// ErrStaleToken reports a fencing token that is not the lock's published
+	// one. From a fenced write (SQLSTATE LF001): a newer holder took the
+	// lock, so this token's holder lost it and must stop writing; do not
+	// retry the write. From a fenced call's publish (Op "publish", SQLSTATE
+	// LF004): the token sequence is behind a token already published, which
+	// only happens when it went backwards (a restored backup, an asynchronous
+	// failover); fn did not run, and the error's hint says how to advance the
+	// sequence (SELECT setval('pgadvisory.fencing_token_seq', …)).
+	ErrStaleToken = errors.New("pgadvisory: stale fencing token: it is not the lock's published token (SQLSTATE LF001, or LF004 when the token sequence is behind)")
 
 	// ErrMissingToken reports a write to a table fenced in strict mode that
-	// carries no fencing token (SQLSTATE LF002). Write through the lock
-	// transaction, or use SetFencingToken / RunFenced.
+	// carries no fencing token (SQLSTATE LF002). The token is only what the
+	// writer set for its transaction, never the row's fencing_token column:
+	// take the lock with WithFencing() (or declare fencing: true in
+	// locks.yaml) and write through fn's transaction, or carry a holder's
+	// token on another connection with RunFenced or SetFencingToken. A plain
+	// RunExclusive (without WithFencing) has no token to carry.
 	ErrMissingToken = errors.New("pgadvisory: write to a fenced table carries no fencing token (SQLSTATE LF002)")
 
 	// ErrTruncateRefused reports a TRUNCATE that the fencing trigger refused
@@ -146,9 +155,10 @@ var (
 
 	// ErrInvalidArgument reports a bad argument: a nil database, transaction
 	// or function, a bad option, an option that does not apply to the call
-	// or cannot be combined with another (see [Option]), an empty run-once
-	// window, bad declarations ([Register]), or a pool of one connection
-	// with [WithFencing]. Nothing was sent to the server. Fix the call.
+	// or cannot be combined with another (see [Option]; [WithFencing] with
+	// [WithShared] or a read-only transaction, say), an empty run-once window,
+	// or bad declarations ([Register]). Nothing was sent to the server. Fix
+	// the call.
 	ErrInvalidArgument = errors.New("pgadvisory: invalid argument")
 )
 
@@ -171,7 +181,10 @@ var (
 //   - "lock": taking the lock; for transaction locks also getting a
 //     connection and BEGIN, which travel with the lock statement. Kind
 //     [ErrLocked] when another session holds it.
-//   - "publish": publishing the fencing token ([WithFencing]).
+//   - "publish": publishing the fencing token ([WithFencing]), in the
+//     fenced acquisition: the token sequence is behind a published token
+//     ([ErrStaleToken], SQLSTATE LF004), or writes with the previous token
+//     were still in flight after the publish timeout ([ErrLockTimeout]).
 //   - "run-once": claiming the window in the run-once ledger ([RunOnce]);
 //     Kind [ErrAlreadyDone] when the window already has a successful run.
 //   - "fn": fn returned an error of a known kind, or one matching

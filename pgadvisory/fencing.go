@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgen/lockgen/internal/sqlcpgx"
@@ -19,11 +21,14 @@ import (
 // flight with the previous token.
 const defaultPublishTimeout = 5 * time.Second
 
-// WithFencing issues a fencing token for the call (see Fencing in the package
-// documentation). fn reads it with [FencingToken] or
-// [FencingTokenPgx]; writes made through fn's transaction carry it
-// automatically. It needs lockgen's schema ([Migrate]) and is not available
-// for session locks.
+// WithFencing issues a fencing token for the call and publishes it durably
+// before fn runs (see Fencing in the package documentation). fn reads it
+// with [FencingToken] or [FencingTokenPgx]; writes made through fn's
+// transaction carry it automatically. It needs lockgen's schema ([Migrate]).
+// It is refused with [ErrInvalidArgument] before anything is sent together
+// with [WithShared] (shared holders would each publish over the others) or
+// a read-only transaction (publishing writes), and for session locks (see
+// checkOptions).
 func WithFencing() Option {
 	return optionFunc(func(c *config) { c.mark(optFencing); c.fencing = true })
 }
@@ -180,25 +185,72 @@ func fencedInvalid(token int64, what string) error {
 	return &Error{Op: "fenced write", Token: token, Kind: ErrInvalidArgument, Err: errors.New(what)}
 }
 
-// publishToken is the step between the grant and fn that publishes token for
-// each of the call's locks, on another connection, before fn runs.
-func (c *config) publishToken(ctx context.Context, d txDriver, token int64) error {
-	// The publish needs a second connection while the lock transaction
-	// holds one; bound the whole step (pool wait included) so that a pool
-	// exhausted by fenced holders fails instead of hanging.
-	pctx, cancel := context.WithTimeout(ctx, 2*defaultPublishTimeout)
-	defer cancel()
-	timeout := lockTimeoutSetting(defaultPublishTimeout)
-	for _, id := range c.ids {
-		published, err := d.publish(pctx, id, token, timeout)
-		if err != nil {
-			return c.failure(ctx, "publish", err)
-		}
-		if !published {
-			return c.refusal(ctx, "publish", ErrStaleToken, fmt.Errorf("a newer token than %d is already published for lock %d", token, id))
-		}
+// The fenced acquisition (migrations/00005_fencing_acquire.sql) is one
+// message on the lock's own connection, after BEGIN ISOLATION LEVEL READ
+// COMMITTED:
+//
+//	SELECT granted, standby, token FROM pgadvisory.fence_acquire(ids, wait, lock_timeout, publish_timeout);
+//	COMMIT AND CHAIN;
+//	SELECT pgadvisory.fence_handover();
+//
+// fence_acquire takes session-level locks, draws the token, publishes it and
+// forces the COMMIT to be durable; COMMIT AND CHAIN commits the publish and
+// begins fn's transaction in the same command; fence_handover turns the
+// session-level locks into transaction-level ones (never letting go of the
+// key) and sets the transaction's token and pgadvisory.granted. The pgx
+// front door sends BEGIN (and a waiting call's statement_timeout prelude)
+// with it in one batch, and a run-once claim after it, so a fenced call
+// costs the round trips of an unfenced one. Settings that the prelude or
+// fence_acquire make for their transaction end with COMMIT AND CHAIN: fn's
+// transaction runs under the session's own.
+//
+// On any error from the message the connection's state is unknown (session
+// locks may be held after a failed COMMIT or hand-over), so the drivers
+// close the connection instead of returning it to the pool: the backend
+// ends, and its locks with it.
+const (
+	fencedAcquireSQL = "SELECT granted, standby, token FROM pgadvisory.fence_acquire($1::text::bigint[], $2, $3, $4)"
+	fencedChainSQL   = "COMMIT AND CHAIN"
+	fencedHandover   = "SELECT pgadvisory.fence_handover()"
+)
+
+// fencedStatement is the fenced acquisition of c's locks: the acquire call
+// with its arguments, and the whole message with the arguments inlined (the
+// IDs are integers, the timeouts this package's own "NNNms"), for drivers
+// that send it as one simple-protocol query. A waiting call sets
+// lock_timeout as an unfenced one does (0 for WithWait(0)).
+func (c *config) fencedStatement() lockStatement {
+	var lockTimeout *string
+	lockTimeoutSQL := "NULL"
+	if c.wait {
+		s := c.lockTimeoutArg()
+		lockTimeout, lockTimeoutSQL = &s, "'"+s+"'"
 	}
-	return nil
+	publish := lockTimeoutSetting(defaultPublishTimeout)
+	ids := arrayLiteral(c.ids)
+	message := "SELECT granted, standby, token FROM pgadvisory.fence_acquire('" + ids + "'::bigint[], " +
+		strconv.FormatBool(c.wait) + ", " + lockTimeoutSQL + ", '" + publish + "');\n" +
+		fencedChainSQL + ";\n" + fencedHandover
+	return lockStatement{
+		sql:     fencedAcquireSQL,
+		args:    []any{ids, c.wait, lockTimeout, publish},
+		fenced:  true,
+		message: message,
+	}
+}
+
+// fencedOp is the step a failed fenced acquisition reports: "publish" when
+// the publish itself failed (the sequence is behind, LF004, or writers of
+// the previous token outlived the publish timeout), else "lock".
+func fencedOp(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case !errors.As(err, &pgErr):
+		return "lock"
+	case pgErr.Code == "LF004", pgErr.Code == "55P03" && strings.HasPrefix(pgErr.Message, "pgadvisory: publishing"):
+		return "publish"
+	}
+	return "lock"
 }
 
 // RunFenced is [RunFenced] for a write under l's token: its observers (see

@@ -112,12 +112,24 @@ func (c *config) checkOptions(fam family) error {
 	if c.given&(optTxOptions|optPgxTxOptions) == optTxOptions|optPgxTxOptions {
 		return fmt.Errorf("both %s and %s: give one", c.optionName(optTxOptions), c.optionName(optPgxTxOptions))
 	}
+	if c.fencing && c.shared {
+		return fmt.Errorf("%s with %s: shared holders hold the lock at the same time, and each one's published token "+
+			"would make the others' writes stale; fence an exclusive lock", c.optionName(optFencing), c.optionName(optShared))
+	}
+	if c.fencing && c.readOnly {
+		return fmt.Errorf("%s in a read-only transaction (%s): the fenced acquisition publishes the token, which is a write",
+			c.optionName(optFencing), c.optionName(c.txOptionsKind()))
+	}
 	if fam == famOnce && c.readOnly {
-		k := optTxOptions
-		if c.given&optPgxTxOptions != 0 {
-			k = optPgxTxOptions
-		}
-		return fmt.Errorf("RunOnce in a read-only transaction (%s): its claim of the window is a write", c.optionName(k))
+		return fmt.Errorf("RunOnce in a read-only transaction (%s): its claim of the window is a write", c.optionName(c.txOptionsKind()))
 	}
 	return nil
+}
+
+// txOptionsKind is the option that set the transaction's options.
+func (c *config) txOptionsKind() optionSet {
+	if c.given&optPgxTxOptions != 0 {
+		return optPgxTxOptions
+	}
+	return optTxOptions
 }

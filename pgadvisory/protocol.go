@@ -19,18 +19,17 @@ type txDriver interface {
 	// it, in as few round trips as the driver allows. BEGIN runs under txc
 	// (see txContext) if the driver's transaction keeps the context it began
 	// with. A driver that can pipeline claim (not nil) after the lock
-	// statement does so and says so in lockResult. On error the driver has
-	// already ended whatever transaction it started.
+	// statement does so and says so in lockResult. A fenced statement is the
+	// fenced acquisition (fencing.go), after which the transaction is the one
+	// COMMIT AND CHAIN began. On error the driver has already ended whatever
+	// transaction it started (after a failed fenced acquisition, by closing
+	// the connection: session locks may be left on it).
 	begin(ctx context.Context, txc *txContext, readOnly bool, st lockStatement, claim *runClaim) (lockResult, error)
 	// beginsUnderTxContext reports whether the driver's transaction keeps
 	// the context it began with (database/sql): begin then needs txc.
 	beginsUnderTxContext() bool
 	// txKey identifies the open transaction (the value fn receives).
 	txKey() any
-	// publish makes token the published fencing token of lockID on another
-	// connection, in its own committed statement; false means a newer token
-	// is already published.
-	publish(ctx context.Context, lockID, token int64, timeout string) (bool, error)
 	// claim claims a run-once window in the lock transaction; false means
 	// the window already has a run.
 	claim(ctx context.Context, cl *runClaim) (bool, error)
@@ -40,8 +39,6 @@ type txDriver interface {
 	commit(ctx context.Context) (ended bool, err error)
 	// rollback sends ROLLBACK; ended as for commit.
 	rollback(ctx context.Context) (ended bool, err error)
-	// maxConns is the most connections the pool may open (0: no limit).
-	maxConns() int
 	// pipelined reports whether begin sends the lock statement in the round
 	// trip of BEGIN, so that a statement before it (lockStatement.prelude)
 	// costs no round trip.
@@ -52,12 +49,15 @@ type txDriver interface {
 }
 
 // lockStatement is the lock statement of a transaction-scoped call, bound
-// to its arguments (see config.txLockStatement); a fenced statement returns
-// a token column too.
+// to its arguments (see config.txLockStatement). A fenced statement is
+// fence_acquire's call, which returns a token column too, followed by the
+// hand-over (see fencing.go); message is all of it with the arguments
+// inlined, for drivers that send it as one simple-protocol query.
 type lockStatement struct {
-	sql    string
-	args   []any
-	fenced bool
+	sql     string
+	args    []any
+	fenced  bool
+	message string
 	// prelude, when not "", runs before sql in the same transaction and
 	// round trip (pipelined drivers only): see statementTimeoutPrelude.
 	prelude string
@@ -86,13 +86,6 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // RunExclusivePgx (and RunOnce, RunOncePgx), between its observers' start
 // and end (observe.go).
 func run(ctx context.Context, c *config, d txDriver, call func() error) error {
-	if c.fencing && d.maxConns() == 1 {
-		// The publish needs a second connection while the lock transaction
-		// holds the only one: refuse now instead of waiting for the publish
-		// step's timeout on every call.
-		return c.invalid("publish", errors.New("WithFencing publishes the token on a second pool connection "+
-			"while the lock transaction holds one, and this pool allows only 1; allow at least 2"))
-	}
 	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return runTx(ctx, c, d, call) })
 }
 
@@ -111,8 +104,12 @@ func runTx(ctx context.Context, c *config, d txDriver, call func() error) error 
 	if c.runOnce {
 		claim = c.runClaim()
 	}
-	res, err := d.begin(ctx, txc, c.readOnly, c.txLockStatement(d.pipelined()), claim)
+	st := c.txLockStatement(d.pipelined())
+	res, err := d.begin(ctx, txc, c.readOnly, st, claim)
 	if err != nil {
+		if st.fenced && fencedOp(err) == "publish" {
+			return c.failure(ctx, "publish", err)
+		}
 		return c.lockFailure(ctx, err, start, d.statementTimeout)
 	}
 	if res.standby {
@@ -234,20 +231,13 @@ func (c *config) locked() error {
 	return &Error{Op: "lock", LockIDs: c.ids, Name: c.name, Kind: ErrLocked}
 }
 
-// afterGrant runs the steps between the grant and fn, in order: claiming
-// the run-once window (runonce.go; it may have come with the grant) and
-// publishing the fencing token (fencing.go). The claim comes first, so a
-// window already done publishes nothing.
+// afterGrant runs the steps between the grant and fn: claiming the
+// run-once window (runonce.go; it may have come with the grant). A fenced
+// call's token is already published: the fenced acquisition publishes it
+// before it reports the grant.
 func (c *config) afterGrant(ctx context.Context, d txDriver, res lockResult) error {
 	if c.runOnce {
-		if err := c.claimWindow(ctx, d, res); err != nil {
-			return err
-		}
-	}
-	if c.fencing {
-		if err := c.publishToken(ctx, d, res.token); err != nil {
-			return err
-		}
+		return c.claimWindow(ctx, d, res)
 	}
 	return nil
 }

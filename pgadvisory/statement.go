@@ -13,9 +13,9 @@ type lockShape struct {
 	// array in ascending order, so a statement has at most four parameters
 	// however many locks it takes (the protocol allows 65,535) and its text
 	// does not grow with the set.
-	set                            bool
-	shared, wait, session, fencing bool
-	granted                        bool // set pgadvisory.granted (a run-once claim follows)
+	set                   bool
+	shared, wait, session bool
+	granted               bool // set pgadvisory.granted (a run-once claim follows)
 	// restoreStatementTimeout: the statement lifts no statement_timeout
 	// itself (a statement's timer is armed when it starts), but a statement
 	// before it did, so it puts the caller's value back once every lock is
@@ -29,8 +29,8 @@ var statementCache sync.Map // lockShape -> string
 
 // The lock statement is the single SQL statement that takes every lock of
 // a call. It returns (granted bool, standby bool), and a third column for
-// session locks (the backend pid) and fenced calls (the fencing token,
-// NULL unless granted). The statement of a run-once call also sets the
+// session locks (the backend pid). (A fenced call's lock statement is the
+// fenced acquisition: see fencing.go.) The statement of a run-once call also sets the
 // transaction-local setting pgadvisory.granted to 'on' once every lock is
 // granted, for the claim that follows it. Folding the hot-standby check (pg_is_in_recovery)
 // and the wait timeout (set_config('lock_timeout', …, true)) into it keeps
@@ -74,7 +74,7 @@ var statementCache sync.Map // lockShape -> string
 // returned pid and refuses.
 func (c *config) lockSQL(session bool, restoreStatementTimeout bool) (string, []any) {
 	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, wait: c.wait, session: session,
-		fencing: c.fencing && !session, granted: c.runOnce && !session, restoreStatementTimeout: restoreStatementTimeout}
+		granted: c.runOnce && !session, restoreStatementTimeout: restoreStatementTimeout}
 	args := make([]any, 0, 2)
 	args = append(args, c.idsArg())
 	if shape.wait {
@@ -128,8 +128,13 @@ func (c *config) lockTimeoutArg() string {
 // statement with a prelude: see statementTimeoutPrelude.
 func (c *config) txLockStatement(pipelined bool) lockStatement {
 	lift := pipelined && c.wait
-	query, args := c.lockSQL(false, lift)
-	st := lockStatement{sql: query, args: args, fenced: c.fencing}
+	var st lockStatement
+	if c.fencing {
+		st = c.fencedStatement()
+	} else {
+		query, args := c.lockSQL(false, lift)
+		st = lockStatement{sql: query, args: args}
+	}
 	if lift {
 		st.prelude = statementTimeoutPrelude
 	}
@@ -175,14 +180,6 @@ func buildLockSQL(s lockShape) string {
 	}
 
 	var b strings.Builder
-	if s.fencing {
-		// A fenced call also draws a token, only when the locks were granted
-		// on a primary, and sets it for the transaction's own writes. The
-		// inner query is an optimization fence (OFFSET 0): the lock functions
-		// run once, before the token is drawn.
-		b.WriteString("SELECT granted, standby, CASE WHEN granted AND NOT standby THEN " +
-			"set_config('pgadvisory.fencing_token', nextval('pgadvisory.fencing_token_seq')::text, true)::bigint END FROM (")
-	}
 	b.WriteString("SELECT ")
 	if s.session {
 		b.WriteString("COALESCE(CASE WHEN pg_backend_pid() = ")
@@ -224,11 +221,7 @@ func buildLockSQL(s lockShape) string {
 	if s.session {
 		b.WriteString(") END, false)")
 	}
-	if s.fencing {
-		b.WriteString(" AS granted, pg_is_in_recovery() AS standby")
-	} else {
-		b.WriteString(", pg_is_in_recovery()")
-	}
+	b.WriteString(", pg_is_in_recovery()")
 	if s.session {
 		b.WriteString(", pg_backend_pid()")
 	}
@@ -236,9 +229,6 @@ func buildLockSQL(s lockShape) string {
 		b.WriteString(" FROM (SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', ")
 		b.WriteString(timeoutParam)
 		b.WriteString(", true)) AS lock_timeout")
-	}
-	if s.fencing {
-		b.WriteString(" OFFSET 0) AS lock")
 	}
 	return b.String()
 }

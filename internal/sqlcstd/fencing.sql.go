@@ -9,34 +9,6 @@ import (
 	"context"
 )
 
-const publishFence = `-- name: PublishFence :execrows
-INSERT INTO pgadvisory.fence AS f (lock_id, token)
-SELECT $1::bigint, $2::bigint
-FROM (SELECT set_config('lock_timeout', $3::text, true)) AS timeout
-ON CONFLICT (lock_id) DO UPDATE
-SET token = excluded.token, published_at = now()
-WHERE f.token < excluded.token
-`
-
-type PublishFenceParams struct {
-	LockID      int64
-	Token       int64
-	LockTimeout string
-}
-
-// Publishes token as lock_id's current fencing token, unless a newer one is
-// already published (0 rows: the caller is stale). It waits at most
-// lock_timeout for writes still in flight with the previous token (they hold
-// the fence row FOR SHARE); the FROM subquery sets that timeout for this
-// statement's own transaction before the row lock is requested.
-func (q *Queries) PublishFence(ctx context.Context, db DBTX, arg PublishFenceParams) (int64, error) {
-	result, err := db.ExecContext(ctx, publishFence, arg.LockID, arg.Token, arg.LockTimeout)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const setFencingToken = `-- name: SetFencingToken :exec
 SELECT set_config('pgadvisory.fencing_token', $1::bigint::text, true)
 `
