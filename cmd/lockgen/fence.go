@@ -14,18 +14,24 @@ import (
 // fenceFlags are lockgen fence's flags besides -f.
 type fenceFlags struct {
 	lock, table, columns, policy, dir, version string
+	upgrade                                    bool
 }
 
 var fenceCmd = &command{
 	name: "fence",
 	help: `usage: lockgen fence [-f file] -lock NAME -table SCHEMA.TABLE [-columns COL,...]
-                    [-policy strict|permissive] [-dir DIR] [-version N]
+                    [-policy strict|permissive] [-dir DIR] [-version N] [-upgrade]
 
 Fence writes a goose SQL migration that fences the table with the lock NAME
-declared in the declarations file: its Up adds the column fencing_token
-bigint, a row trigger that accepts a write only when it carries the lock's
-current fencing token, and a TRUNCATE guard; its Down removes them. Apply
-lockgen's own migrations (pgadvisory.Migrate) before it.
+declared in the declarations file. A write to the table is then accepted
+only when its transaction carries the lock's current fencing token (the
+lock's own transaction with pgadvisory.WithFencing, or RunFenced); the
+table's new column fencing_token is a stamp of it, never a token. Its Up
+checks that lockgen's migrations (pgadvisory.Migrate) ran and that the
+table is a plain table (partitioned tables, partitions and inheritance are
+refused), then adds the column, a row trigger that stamps rows, statement
+triggers that check each write once per statement and lock, and a TRUNCATE
+guard; its Down removes them.
 
 A plain lock's ID is taken from the declarations, so pins are honoured. A
 parameterized lock needs -columns: the table's columns holding its
@@ -33,11 +39,16 @@ parameters, in declaration order (int64 in a smallint, integer or bigint
 column, uuid in uuid, bool in boolean, string in text or varchar). Names
 are lowercase SQL identifiers.
 
-The file is DIR/<version>_fence_<table>.sql. The version follows the
-migrations already in DIR: the next number, zero-padded the same way
-(00001 when there are none), or the current UTC time when they use goose
-timestamps. An existing file is never replaced. Fence prints the path it
-wrote.
+A table is fenced once: fence refuses a table that a migration in DIR
+already fences, naming it. Tables fenced by an earlier lockgen (a row
+trigger that checks each row) move to the current layout with -upgrade,
+given the same -lock, -columns and -policy.
+
+The file is DIR/<version>_fence_<table>.sql (_upgrade.sql with -upgrade).
+The version follows the migrations already in DIR: the next number,
+zero-padded the same way (00001 when there are none), or the current UTC
+time when they use goose timestamps. An existing file is never replaced.
+Fence prints the path it wrote.
 `,
 	flags: func(c *cli, fs *flag.FlagSet) {
 		fileFlag(c, fs)
@@ -47,6 +58,7 @@ wrote.
 		fs.StringVar(&c.fence.policy, "policy", "strict", "the `policy` for writes without a token: strict refuses them, permissive lets them pass")
 		fs.StringVar(&c.fence.dir, "dir", "migrations", "the goose migrations `directory`")
 		fs.StringVar(&c.fence.version, "version", "", "the migration's `version` (default: the next one in -dir)")
+		fs.BoolVar(&c.fence.upgrade, "upgrade", false, "move a table fenced by an earlier lockgen to the current layout")
 	},
 	run: func(c *cli, fs *flag.FlagSet) int {
 		switch {
@@ -67,7 +79,7 @@ wrote.
 		}
 		path, err := fencegen.Generate(fencegen.Request{
 			Lock: l, Table: c.fence.table, Columns: c.fence.columns, Policy: c.fence.policy,
-			Dir: c.fence.dir, Version: c.fence.version, Now: time.Now(),
+			Dir: c.fence.dir, Version: c.fence.version, Now: time.Now(), Upgrade: c.fence.upgrade,
 		})
 		if errors.Is(err, fencegen.ErrInvalid) {
 			return c.usageError("fence", "%s", strings.TrimPrefix(err.Error(), fencegen.ErrInvalid.Error()+": "))

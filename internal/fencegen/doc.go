@@ -1,14 +1,35 @@
 // Package fencegen writes the goose SQL migration that fences an
 // application table with a lock declared in locks.yaml (lockgen fence).
 //
-// The migration adds the column fencing_token bigint and two triggers from
-// lockgen's migrations (package migrations, 00002_fencing.sql): a BEFORE
-// INSERT OR UPDATE OR DELETE row trigger, pgadvisory.fence_check with the
-// lock's ID for a plain lock or pgadvisory.fence_check_param with its name
-// and the row's parameter columns for a parameterized lock, and a BEFORE
-// TRUNCATE guard. Its Down drops both triggers and the column.
+// The migration uses lockgen's trigger functions (package migrations,
+// 00005_fencing_statement_check.sql). It first checks that they exist
+// ("run pgadvisory.Migrate (or lockgen's migrations) first" otherwise) and
+// that the table is a plain table (partitioned tables, partitions and
+// tables in an inheritance tree are refused: statement triggers do not reach
+// them whole). Then it adds the column fencing_token bigint, whose default
+// stamps inserted rows with the transaction's token, and:
+//
+//   - zz_pgadvisory_fence, BEFORE INSERT OR UPDATE FOR EACH ROW, firing
+//     only when a row's stamp differs from the transaction's token
+//     (pgadvisory.fence_stamp: re-stamps it, refuses a write without a
+//     token under strict);
+//   - zz_pgadvisory_fence_insert, _update and _delete, AFTER ... FOR EACH
+//     STATEMENT with transition tables (pgadvisory.fence_check_statement:
+//     the token must be the published one of every distinct lock of the
+//     rows as written);
+//   - zz_pgadvisory_fence_truncate, BEFORE TRUNCATE
+//     (pgadvisory.fence_truncate_guard).
+//
+// A plain lock's triggers get its ID, a parameterized lock's its name and
+// the row's parameter columns. Down drops the triggers and the column.
+//
+// Tables fenced by lockgen fence before that layout (a BEFORE ROW trigger
+// pgadvisory.fence_check or fence_check_param that checks each row) move to
+// it with an upgrade migration ([EmitUpgrade], lockgen fence -upgrade).
 //
 // [NewSpec] checks the request against the declaration, [Emit] writes the
-// SQL, [NextVersion] picks the migration's version from the files already in
-// the directory, and [WriteNew] writes the file without ever replacing one.
+// SQL, [Scan] finds the migrations lockgen fence wrote before (a table is
+// fenced once), [NextVersion] picks the migration's version from the files
+// already in the directory, and [WriteNew] writes the file without ever
+// replacing one. [Generate] does all of it.
 package fencegen

@@ -3,17 +3,20 @@ package fencegen_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/fencegen"
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -23,84 +26,8 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 
 // The migration tests apply generated migrations with goose to tables in a
 // private schema, with the version table in that schema too, and drive
-// them with raw SQL the way the runtime writes: a published token in
-// pgadvisory.fence, the token in the transaction-local setting.
-
-// checkedLock declares one lock from yaml and returns it checked.
-func checkedLock(t *testing.T, yaml, name string) *decl.Lock {
-	t.Helper()
-	loaded, err := decl.LoadBytes("locks.yaml", []byte("version: \"1\"\npackage: locks\nlocks:\n"+yaml), nil)
-	require.NoError(t, err)
-	l := loaded.File.Lookup(name)
-	require.NotNil(t, l)
-	return l
-}
-
-// provider is a goose provider over the migrations in dir, recording them
-// in schema.goose_db_version.
-func provider(t *testing.T, db *sql.DB, dir, schema string) *goose.Provider {
-	t.Helper()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, os.DirFS(dir),
-		goose.WithTableName(schema+".goose_db_version"),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithLogger(goose.NopLogger()))
-	require.NoError(t, err)
-	return p
-}
-
-func exec(db *sql.DB, token int64, stmts ...string) error {
-	tx, err := db.Begin()
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if token != 0 {
-		if _, err := tx.Exec(`SELECT set_config('pgadvisory.fencing_token', $1, true)`, fmt.Sprint(token)); err != nil {
-			return err
-		}
-	}
-	for _, s := range stmts {
-		if _, err := tx.Exec(s); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
-}
-
-func sqlstate(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
-func publish(t *testing.T, db *sql.DB, lock int64) int64 {
-	t.Helper()
-	var tok int64
-	require.NoError(t, db.QueryRow(`INSERT INTO pgadvisory.fence AS f (lock_id, token)
-		VALUES ($1, nextval('pgadvisory.fencing_token_seq'))
-		ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = now()
-		WHERE f.token < excluded.token RETURNING token`, lock).Scan(&tok))
-	return tok
-}
-
-// fenceState is what the migration adds: the two triggers and the column.
-func fenceState(t *testing.T, db *sql.DB, table string) (triggers []string, column bool) {
-	t.Helper()
-	rows, err := db.Query(`SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal ORDER BY tgname`, table)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var n string
-		require.NoError(t, rows.Scan(&n))
-		triggers = append(triggers, n)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass
-		AND attname = 'fencing_token' AND NOT attisdropped)`, table).Scan(&column))
-	return triggers, column
-}
+// them the way the runtime writes: tokens published by fenced calls
+// (internal/testkit/fencing), the token in the transaction-local setting.
 
 // TestGeneratedMigrationsUpDownUp generates the migrations for a plain lock
 // (pinned, on a table named with a reserved word) and a parameterized one,
@@ -136,37 +63,38 @@ func TestGeneratedMigrationsUpDownUp(t *testing.T) {
 		require.Len(t, res, 2)
 		for _, tbl := range []string{order, invoice} {
 			triggers, column := fenceState(t, db, tbl)
-			require.Equal(t, []string{fencegen.RowTrigger, fencegen.TruncateTrigger}, triggers, tbl)
+			require.Equal(t, currentTriggers, triggers, tbl)
 			require.True(t, column, tbl)
 		}
 	}
 	up()
 
-	// Plain lock: the pinned ID is what the trigger checks.
-	tok := publish(t, db, pin)
-	require.NoError(t, exec(db, tok, `INSERT INTO `+order+` (id, total) VALUES (1, 10)`))
+	// Plain lock: the pinned ID is what the triggers check.
+	tok := fencing.Publish(t, db, pin)
+	require.NoError(t, fencing.Write(db, tok, `INSERT INTO `+order+` (id, total) VALUES (1, 10)`))
 	var stamped int64
 	require.NoError(t, db.QueryRow(`SELECT fencing_token FROM `+order+` WHERE id = 1`).Scan(&stamped))
 	require.Equal(t, tok, stamped)
-	newer := publish(t, db, pin)
-	require.Equal(t, "LF001", sqlstate(exec(db, tok, `UPDATE `+order+` SET total = 0`)))
-	require.Equal(t, "LF002", sqlstate(exec(db, 0, `INSERT INTO `+order+` (id, total) VALUES (2, 20)`)))
-	require.Equal(t, "LF002", sqlstate(exec(db, 0, `TRUNCATE `+order)))
-	require.NoError(t, exec(db, newer, `UPDATE `+order+` SET total = 11`))
+	newer := fencing.Publish(t, db, pin)
+	sqlstate.Require(t, fencing.Write(db, tok, `UPDATE `+order+` SET total = 0`), "LF001")
+	sqlstate.Require(t, fencing.Write(db, 0, `INSERT INTO `+order+` (id, total) VALUES (2, 20)`), "LF002")
+	sqlstate.Require(t, fencing.Write(db, 0, `UPDATE `+order+` SET total = 0`), "LF002")
+	sqlstate.Require(t, fencing.Write(db, 0, `TRUNCATE `+order), "LF002")
+	require.NoError(t, fencing.Write(db, newer, `UPDATE `+order+` SET total = 11`))
 
 	// Parameterized lock: the row's tenant and region pick the lock.
 	tenant := testdb.Key(t)
 	lock := keyspace.ParamID("billing.invoice", keyspace.Int64Param(tenant), keyspace.StringParam("eu-west"))
 	other := keyspace.ParamID("billing.invoice", keyspace.Int64Param(tenant), keyspace.StringParam("us-east"))
-	itok, otok := publish(t, db, lock), publish(t, db, other)
+	itok, otok := fencing.Publish(t, db, lock), fencing.Publish(t, db, other)
 	ins := func(id int, region string) string {
 		return fmt.Sprintf(`INSERT INTO %s (id, tenant_id, region, amount) VALUES (%d, %d, '%s', 1)`, invoice, id, tenant, region)
 	}
-	require.NoError(t, exec(db, itok, ins(1, "eu-west")))
-	require.NoError(t, exec(db, otok, ins(2, "us-east")))
-	require.Equal(t, "LF001", sqlstate(exec(db, otok, ins(3, "eu-west"))))
-	require.Equal(t, "LF002", sqlstate(exec(db, 0, ins(3, "eu-west"))))
-	require.Equal(t, "LF003", sqlstate(exec(db, itok, `TRUNCATE `+invoice)))
+	require.NoError(t, fencing.Write(db, itok, ins(1, "eu-west")))
+	require.NoError(t, fencing.Write(db, otok, ins(2, "us-east")))
+	sqlstate.Require(t, fencing.Write(db, otok, ins(3, "eu-west")), "LF001")
+	sqlstate.Require(t, fencing.Write(db, 0, ins(3, "eu-west")), "LF002")
+	sqlstate.Require(t, fencing.Write(db, itok, `TRUNCATE `+invoice), "LF003")
 
 	// Down removes the triggers and the column: the same writes pass.
 	res, err := p.DownTo(ctx, 0)
@@ -177,29 +105,30 @@ func TestGeneratedMigrationsUpDownUp(t *testing.T) {
 		require.Empty(t, triggers, tbl)
 		require.False(t, column, tbl)
 	}
-	require.NoError(t, exec(db, 0, `INSERT INTO `+order+` (id, total) VALUES (2, 20)`))
-	require.NoError(t, exec(db, otok, ins(3, "eu-west")))
+	require.NoError(t, fencing.Write(db, 0, `INSERT INTO `+order+` (id, total) VALUES (2, 20)`))
+	require.NoError(t, fencing.Write(db, otok, ins(3, "eu-west")))
 
 	// And Up again.
 	up()
-	require.Equal(t, "LF002", sqlstate(exec(db, 0, `INSERT INTO `+order+` (id, total) VALUES (3, 30)`)))
-	require.Equal(t, "LF001", sqlstate(exec(db, otok, ins(4, "eu-west"))))
-	require.NoError(t, exec(db, itok, ins(4, "eu-west")))
+	sqlstate.Require(t, fencing.Write(db, 0, `INSERT INTO `+order+` (id, total) VALUES (3, 30)`), "LF002")
+	sqlstate.Require(t, fencing.Write(db, otok, ins(4, "eu-west")), "LF001")
+	require.NoError(t, fencing.Write(db, itok, ins(4, "eu-west")))
 
-	// lockgen's 00002 cannot go down while a table uses its triggers (later
-	// migrations go down first and are re-applied after).
+	// lockgen's 00005 cannot go down while a table uses its triggers (the
+	// failed Down rolls back as a whole).
 	lockgenGoose, err := goose.NewProvider(goose.DialectPostgres, db, migrationsFS(),
 		goose.WithTableName(pgadvisory.MigrationTable), goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 	require.NoError(t, err)
 	_, err = lockgenGoose.DownTo(ctx, 1)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "version:2")
-	require.Equal(t, "2BP01", sqlstate(err), "dependent objects still exist")
+	require.Contains(t, err.Error(), "version:5")
+	require.Equal(t, "2BP01", sqlstateOf(err), "dependent objects still exist")
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
-	require.NoError(t, exec(db, itok, ins(5, "eu-west")), "the failed Down changed nothing of 00002")
+	require.NoError(t, fencing.Write(db, itok, ins(5, "eu-west")), "the failed Down changed nothing of 00005")
 }
 
-// TestGeneratedMigrationPermissive: without a token, writes pass untouched.
+// TestGeneratedMigrationPermissive: without a token, writes pass, stamped
+// NULL; a token, when carried, is checked.
 func TestGeneratedMigrationPermissive(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.DB(t)
@@ -216,8 +145,155 @@ func TestGeneratedMigrationPermissive(t *testing.T) {
 	_, err = provider(t, db, dir, schema).Up(ctx)
 	require.NoError(t, err)
 
-	require.NoError(t, exec(db, 0, `INSERT INTO `+table+` VALUES (1)`, `DELETE FROM `+table, `TRUNCATE `+table))
-	tok := publish(t, db, pin)
-	require.Equal(t, "LF001", sqlstate(exec(db, tok+1, `INSERT INTO `+table+` VALUES (2)`)))
-	require.NoError(t, exec(db, tok, `INSERT INTO `+table+` VALUES (2)`))
+	tok := fencing.Publish(t, db, pin)
+	require.NoError(t, fencing.Write(db, tok, `INSERT INTO `+table+` VALUES (9)`))
+	require.NoError(t, fencing.Write(db, 0, `INSERT INTO `+table+` VALUES (1)`, `UPDATE `+table+` SET id = 10 WHERE id = 9`))
+	var nulls int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+` WHERE fencing_token IS NULL`).Scan(&nulls))
+	require.Equal(t, 2, nulls)
+	require.NoError(t, fencing.Write(db, 0, `DELETE FROM `+table, `TRUNCATE `+table))
+	sqlstate.Require(t, fencing.Write(db, tok+1, `INSERT INTO `+table+` VALUES (2)`), "LF001")
+	require.NoError(t, fencing.Write(db, tok, `INSERT INTO `+table+` VALUES (2)`))
+}
+
+// TestGeneratedMigrationNeedsLockgenSchema: applied to a database without
+// lockgen's schema, the migration fails with a message that says what to
+// do, not with a raw 3F000 from a CREATE TRIGGER.
+func TestGeneratedMigrationNeedsLockgenSchema(t *testing.T) {
+	ctx := context.Background()
+	_, url := testdb.EmptyDatabase(t)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec(`CREATE SCHEMA app; CREATE TABLE app.entries (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, err = fencegen.Generate(fencegen.Request{Lock: declared(t, "ledger.post"), Table: "app.entries", Policy: "strict", Dir: dir})
+	require.NoError(t, err)
+	_, err = provider(t, db, dir, "app").Up(ctx)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "lockgen fence: lockgen's schema (pgadvisory, migration 00005 or later) is missing: run pgadvisory.Migrate (or lockgen's migrations) first")
+	require.Equal(t, "42883", sqlstateOf(err))
+	var columns int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_attribute WHERE attrelid = 'app.entries'::regclass AND attname = 'fencing_token'`).Scan(&columns))
+	require.Zero(t, columns, "nothing applied")
+
+	// Control: after lockgen's migrations the same migration applies.
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	_, err = provider(t, db, dir, "app").Up(ctx)
+	require.NoError(t, err)
+}
+
+// TestUpgradeMigration: a table fenced by a migration of the first layout
+// (testdata/legacy, as lockgen fence wrote it before) moves to the current
+// layout with the -upgrade migration; its Down goes back to the first
+// layout, and Up again.
+func TestUpgradeMigration(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.DB(t)
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	schema := testdb.Schema(t)
+	_, err := db.Exec(`CREATE TABLE ` + schema + `.invoice (id int PRIMARY KEY, tenant_id bigint NOT NULL, amount int NOT NULL)`)
+	require.NoError(t, err)
+	legacy, err := os.ReadFile("testdata/legacy/param.sql")
+	require.NoError(t, err)
+	legacy = []byte(replaceAll(string(legacy), `"billing"."invoice"`, `"`+schema+`"."invoice"`, "-table billing.invoice", "-table "+schema+".invoice"))
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "00001_fence_invoice.sql"), legacy, 0o644))
+	p := provider(t, db, dir, schema)
+	_, err = p.Up(ctx)
+	require.NoError(t, err)
+	table := schema + ".invoice"
+	triggers, _ := fenceState(t, db, table)
+	require.Equal(t, []string{fencegen.RowTrigger, fencegen.TruncateTrigger}, triggers, "the first layout")
+
+	path, err := fencegen.Generate(fencegen.Request{Lock: declared(t, "billing.invoice"), Table: table, Columns: "tenant_id", Policy: "strict", Dir: dir, Upgrade: true})
+	require.NoError(t, err)
+	require.Equal(t, "00002_fence_invoice_upgrade.sql", filepath.Base(path))
+	p = provider(t, db, dir, schema)
+	tenant := testdb.Key(t)
+	lock := keyspace.ParamID("billing.invoice", keyspace.Int64Param(tenant))
+	tok := fencing.Publish(t, db, lock)
+	insert := fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (1, %d, 1)`, table, tenant)
+	tokenless := `UPDATE ` + table + ` SET amount = 2 WHERE id = 1`
+	require.NoError(t, fencing.Write(db, tok, insert))
+
+	upgraded := func() {
+		_, err := p.Up(ctx)
+		require.NoError(t, err)
+		triggers, column := fenceState(t, db, table)
+		require.Equal(t, currentTriggers, triggers)
+		require.True(t, column)
+		sqlstate.Require(t, fencing.Write(db, 0, tokenless), "LF002")
+		require.NoError(t, fencing.Write(db, tok, tokenless))
+		sqlstate.Require(t, fencing.Write(db, 0, `INSERT INTO `+table+` (id, tenant_id, amount) VALUES (2, 1, 1)`), "LF002")
+	}
+	upgraded()
+	// The row's stamp is still there; the column's default stamps inserts.
+	var stamp int64
+	require.NoError(t, db.QueryRow(`SELECT fencing_token FROM `+table+` WHERE id = 1`).Scan(&stamp))
+	require.Equal(t, tok, stamp)
+
+	_, err = p.DownTo(ctx, 1)
+	require.NoError(t, err)
+	triggers, column := fenceState(t, db, table)
+	require.Equal(t, []string{fencegen.RowTrigger, fencegen.TruncateTrigger}, triggers, "back to the first layout")
+	require.True(t, column)
+	var def sql.NullString
+	require.NoError(t, db.QueryRow(`SELECT (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+		WHERE d.adrelid = $1::regclass AND a.attname = 'fencing_token')`, table).Scan(&def))
+	require.False(t, def.Valid, "no default left")
+	upgraded()
+}
+
+// currentTriggers are the triggers of the current layout, by name.
+var currentTriggers = []string{fencegen.RowTrigger, fencegen.DeleteTrigger, fencegen.InsertTrigger, fencegen.TruncateTrigger, fencegen.UpdateTrigger}
+
+// checkedLock declares one lock from yaml and returns it checked.
+func checkedLock(t *testing.T, yaml, name string) *decl.Lock {
+	t.Helper()
+	loaded, err := decl.LoadBytes("locks.yaml", []byte("version: \"1\"\npackage: locks\nlocks:\n"+yaml), nil)
+	require.NoError(t, err)
+	l := loaded.File.Lookup(name)
+	require.NotNil(t, l)
+	return l
+}
+
+// provider is a goose provider over the migrations in dir, recording them
+// in schema.goose_db_version.
+func provider(t *testing.T, db *sql.DB, dir, schema string) *goose.Provider {
+	t.Helper()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, os.DirFS(dir),
+		goose.WithTableName(schema+".goose_db_version"),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithLogger(goose.NopLogger()))
+	require.NoError(t, err)
+	return p
+}
+
+func sqlstateOf(err error) string { return pgadvisory.SQLState(err) }
+
+// fenceState is what the migration adds: the triggers and the column.
+func fenceState(t *testing.T, db *sql.DB, table string) (triggers []string, column bool) {
+	t.Helper()
+	rows, err := db.Query(`SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal ORDER BY tgname`, table)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		triggers = append(triggers, n)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass
+		AND attname = 'fencing_token' AND NOT attisdropped)`, table).Scan(&column))
+	return triggers, column
+}
+
+// replaceAll applies old, new pairs to s in order.
+func replaceAll(s string, oldNew ...string) string {
+	for i := 0; i+1 < len(oldNew); i += 2 {
+		s = strings.ReplaceAll(s, oldNew[i], oldNew[i+1])
+	}
+	return s
 }

@@ -27,11 +27,16 @@ const (
 const Column = "fencing_token"
 
 // Trigger names. PostgreSQL fires a table's BEFORE triggers in name order;
-// the zz_ prefix makes the fence check run after the table's own triggers,
-// so it sees (and stamps) the row as it will be written.
+// the zz_ prefix makes the row trigger, which stamps the row, run after the
+// table's own BEFORE triggers in most schemas. The check does not depend on
+// it: the AFTER ... FOR EACH STATEMENT triggers see the rows as written,
+// after every BEFORE trigger.
 const (
-	RowTrigger      = "zz_pgadvisory_fence"
-	TruncateTrigger = "zz_pgadvisory_fence_truncate"
+	RowTrigger      = "zz_pgadvisory_fence"          // BEFORE INSERT OR UPDATE FOR EACH ROW: stamps
+	InsertTrigger   = "zz_pgadvisory_fence_insert"   // AFTER INSERT FOR EACH STATEMENT: checks
+	UpdateTrigger   = "zz_pgadvisory_fence_update"   // AFTER UPDATE FOR EACH STATEMENT: checks
+	DeleteTrigger   = "zz_pgadvisory_fence_delete"   // AFTER DELETE FOR EACH STATEMENT: checks
+	TruncateTrigger = "zz_pgadvisory_fence_truncate" // BEFORE TRUNCATE FOR EACH STATEMENT: guards
 )
 
 // Spec is a checked request for one fencing migration.
@@ -41,6 +46,7 @@ type Spec struct {
 	Table   string     // the table's name
 	Columns []string   // parameterized lock: the row's parameter columns, in declaration order
 	Policy  Policy
+	Upgrade bool // move a table fenced in the first layout to the current one (EmitUpgrade)
 }
 
 // ident is what the generator accepts as a schema, table or column name: a

@@ -34,16 +34,23 @@ func declared(t *testing.T, name string) *decl.Lock {
 func TestEmitGolden(t *testing.T) {
 	for _, tc := range []struct {
 		golden, lock, table, columns, policy string
+		upgrade                              bool
 	}{
-		{"plain", "ledger.post", "app.entries", "", "strict"},
-		{"pinned", "legacy.cleanup", "app.order", "", "permissive"},
-		{"param", "billing.invoice", "billing.invoice", "tenant_id", "strict"},
-		{"param3", "exports.archive", "app.exports", "tenant_uuid, full , label", "permissive"},
+		{"plain", "ledger.post", "app.entries", "", "strict", false},
+		{"pinned", "legacy.cleanup", "app.order", "", "permissive", false},
+		{"param", "billing.invoice", "billing.invoice", "tenant_id", "strict", false},
+		{"param3", "exports.archive", "app.exports", "tenant_uuid, full , label", "permissive", false},
+		{"upgrade_plain", "ledger.post", "app.entries", "", "strict", true},
+		{"upgrade_param", "billing.invoice", "billing.invoice", "tenant_id", "strict", true},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			s, err := fencegen.NewSpec(declared(t, tc.lock), tc.table, tc.columns, tc.policy)
 			require.NoError(t, err)
+			s.Upgrade = tc.upgrade
 			got := fencegen.Emit(s)
+			if tc.upgrade {
+				got = fencegen.EmitUpgrade(s)
+			}
 			golden := filepath.Join("testdata", tc.golden+".golden")
 			if *update {
 				require.NoError(t, os.WriteFile(golden, got, 0o644))
@@ -57,8 +64,12 @@ func TestEmitGolden(t *testing.T) {
 			up := strings.Index(text, "\n-- +goose Up\n")
 			down := strings.Index(text, "\n-- +goose Down\n")
 			require.True(t, up > 0 && down > up)
-			require.Equal(t, 4, strings.Count(text[up:down], ";\n"), "Up: column, comment, two triggers")
-			require.Equal(t, 3, strings.Count(text[down:], ";\n"), "Down: two triggers, column")
+			require.Contains(t, text[up:down], "run pgadvisory.Migrate (or lockgen''s migrations) first", "Up checks lockgen's schema first")
+			require.Equal(t, 4+boolInt(!tc.upgrade), strings.Count(text[up:down], "\nCREATE TRIGGER "), "Up: row and statement triggers (and the TRUNCATE guard)")
+			require.Equal(t, 4+boolInt(!tc.upgrade), strings.Count(text[down:], "\nDROP TRIGGER "), "Down drops what Up created")
+			require.Equal(t, boolInt(!tc.upgrade), strings.Count(text[up:down], "ADD COLUMN"))
+			require.Equal(t, boolInt(!tc.upgrade), strings.Count(text[down:], "DROP COLUMN"))
+			require.Equal(t, boolInt(tc.upgrade), strings.Count(text[down:], "\nCREATE TRIGGER "), "an upgrade's Down restores the first layout's row trigger")
 		})
 	}
 }
@@ -66,11 +77,19 @@ func TestEmitGolden(t *testing.T) {
 func TestEmitUsesDeclaredID(t *testing.T) {
 	s, err := fencegen.NewSpec(declared(t, "legacy.cleanup"), "app.t", "", "strict")
 	require.NoError(t, err)
-	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_check('72707', 'strict')")
+	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_stamp('72707', 'strict')")
+	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_check_statement('72707', 'strict')")
 
 	s, err = fencegen.NewSpec(declared(t, "ledger.post"), "app.t", "", "strict")
 	require.NoError(t, err)
-	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_check('-2573528814301763175', 'strict')")
+	require.Contains(t, string(fencegen.Emit(s)), "pgadvisory.fence_check_statement('-2573528814301763175', 'strict')")
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func TestNewSpecRefuses(t *testing.T) {
@@ -169,11 +188,93 @@ func TestGenerate(t *testing.T) {
 	require.Equal(t, filepath.Join(dir, "00002_fence_invoice.sql"), path)
 
 	// The explicit version of an existing migration is refused.
-	req.Version = "00002"
-	_, err = fencegen.Generate(req)
+	other := req
+	other.Table, other.Version = "billing.other", "00002"
+	_, err = fencegen.Generate(other)
 	require.ErrorContains(t, err, "version 00002 is already used by 00002_fence_invoice.sql")
 
 	req.Version, req.Dir = "", filepath.Join(dir, "missing")
 	_, err = fencegen.Generate(req)
 	require.ErrorContains(t, err, "fencegen: the migrations directory")
+}
+
+// TestGenerateRefusesTableFencedTwice: a second migration for a table
+// would fail at goose up (its column and triggers exist); it is refused,
+// naming the migration that fences the table, whatever the lock, policy or
+// version asked for, and nothing is written. Other tables are fine.
+func TestGenerateRefusesTableFencedTwice(t *testing.T) {
+	dir := t.TempDir()
+	first := fencegen.Request{Lock: declared(t, "ledger.post"), Table: "app.entries", Policy: "strict", Dir: dir}
+	path, err := fencegen.Generate(first)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "00001_fence_entries.sql"), path)
+
+	for _, again := range []fencegen.Request{
+		first,
+		{Lock: declared(t, "legacy.cleanup"), Table: "app.entries", Policy: "permissive", Dir: dir, Version: "00007"},
+	} {
+		_, err := fencegen.Generate(again)
+		require.EqualError(t, err, "fencegen: app.entries is already fenced by 00001_fence_entries.sql; a second migration would fail at goose up")
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+
+	// Control: another table, and the same table name in another schema.
+	for _, table := range []string{"app.journal", "archive.entries"} {
+		req := first
+		req.Table = table
+		_, err = fencegen.Generate(req)
+		require.NoError(t, err, table)
+	}
+	found, err := fencegen.Scan(dir)
+	require.NoError(t, err)
+	require.Equal(t, []fencegen.Fenced{
+		{File: "00001_fence_entries.sql", Lock: "ledger.post", Table: "app.entries", Policy: "strict", Current: true},
+		{File: "00002_fence_journal.sql", Lock: "ledger.post", Table: "app.journal", Policy: "strict", Current: true},
+		{File: "00003_fence_entries.sql", Lock: "ledger.post", Table: "archive.entries", Policy: "strict", Current: true},
+	}, found)
+}
+
+// TestGenerateUpgrade: a table fenced by a migration of the first layout
+// (as lockgen fence wrote it before, testdata/legacy) cannot be fenced
+// again, and the error says how to upgrade it; -upgrade writes the upgrade
+// once, with the same lock, columns and policy.
+func TestGenerateUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	legacy, err := os.ReadFile("testdata/legacy/param.sql")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "00004_fence_invoice.sql"), legacy, 0o644))
+	req := fencegen.Request{Lock: declared(t, "billing.invoice"), Table: "billing.invoice", Columns: "tenant_id", Policy: "strict", Dir: dir}
+
+	_, err = fencegen.Generate(req)
+	require.EqualError(t, err, "fencegen: billing.invoice is already fenced by 00004_fence_invoice.sql, in the first layout; "+
+		"to move it to the current one: lockgen fence -upgrade -lock billing.invoice -table billing.invoice -columns tenant_id -policy strict")
+
+	bad := req
+	bad.Upgrade, bad.Policy = true, "permissive"
+	_, err = fencegen.Generate(bad)
+	require.ErrorIs(t, err, fencegen.ErrInvalid)
+	require.ErrorContains(t, err, "-upgrade keeps the lock, columns and policy of 00004_fence_invoice.sql: -lock billing.invoice -columns tenant_id -policy strict")
+
+	req.Upgrade = true
+	path, err := fencegen.Generate(req)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "00005_fence_invoice_upgrade.sql"), path)
+	_, err = fencegen.Generate(req)
+	require.EqualError(t, err, "fencegen: billing.invoice was already upgraded by 00005_fence_invoice_upgrade.sql")
+	req.Upgrade = false
+	_, err = fencegen.Generate(req)
+	require.EqualError(t, err, "fencegen: billing.invoice is already fenced by 00004_fence_invoice.sql; a second migration would fail at goose up")
+
+	// Nothing to upgrade: no migration, or one in the current layout.
+	req.Upgrade, req.Table = true, "billing.other"
+	_, err = fencegen.Generate(req)
+	require.ErrorContains(t, err, "-upgrade: no migration in "+dir+" fences billing.other")
+	req.Upgrade = false
+	_, err = fencegen.Generate(req)
+	require.NoError(t, err)
+	req.Upgrade = true
+	_, err = fencegen.Generate(req)
+	require.ErrorContains(t, err, "fencegen: -upgrade: 00006_fence_other.sql fences billing.other in the current layout already")
 }

@@ -109,7 +109,11 @@ func CheckVersion(dir, version string) error {
 	return nil
 }
 
-// FileName is the migration's file name: <version>_fence_<table>.sql.
+// FileName is the migration's file name: <version>_fence_<table>.sql, or
+// <version>_fence_<table>_upgrade.sql for an upgrade.
 func FileName(version string, s *Spec) string {
+	if s.Upgrade {
+		return version + "_fence_" + s.Table + "_upgrade.sql"
+	}
 	return version + "_fence_" + s.Table + ".sql"
 }
