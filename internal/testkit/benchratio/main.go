@@ -11,7 +11,8 @@
 // ratio of A to B is the median over passes of A_i/B_i, which cancels most
 // of the drift of a noisy machine. A ratio is given as "A : B OP LIMIT" with
 // OP one of <=, >= or ~ (within ±20% of LIMIT), or as "A : B" to show it
-// without a claim; A and B are benchmark names
+// without a claim; A may be a difference "A1 - A2" (paired per pass too:
+// the extra cost of A1 over A2, measured in B); A and B are benchmark names
 // without the "Benchmark" prefix and the -GOMAXPROCS suffix. With -strict the
 // exit status is 1 when a paired ratio misses its claim.
 package main
@@ -91,31 +92,39 @@ func values(ss []sample, unit string) []float64 {
 	return out
 }
 
-// claim is one -ratio flag.
+// claim is one -ratio flag: (a - minus) ÷ b, or a ÷ b when minus is "".
 type claim struct {
-	a, b, op string
-	limit    float64
+	a, minus, b, op string
+	limit           float64
+}
+
+// name is how the claim's ratio reads in the output.
+func (c claim) name() string {
+	if c.minus == "" {
+		return c.a + " ÷ " + c.b
+	}
+	return "(" + c.a + " − " + c.minus + ") ÷ " + c.b
 }
 
 type claims []claim
 
 func (c *claims) String() string { return fmt.Sprint(*c) }
 
-var claimRE = regexp.MustCompile(`^\s*(\S+)\s*:\s*(\S+)\s*(?:(<=|>=|~)\s*([0-9.]+))?\s*$`)
+var claimRE = regexp.MustCompile(`^\s*(\S+)(?:\s+-\s+(\S+))?\s*:\s*(\S+)\s*(?:(<=|>=|~)\s*([0-9.]+))?\s*$`)
 
 func (c *claims) Set(s string) error {
 	m := claimRE.FindStringSubmatch(s)
 	if m == nil {
-		return fmt.Errorf("benchratio: ratio %q is not \"A : B <= LIMIT\"", s)
+		return fmt.Errorf("benchratio: ratio %q is not \"A : B <= LIMIT\" or \"A1 - A2 : B <= LIMIT\"", s)
 	}
 	var limit float64
-	if m[3] != "" {
+	if m[4] != "" {
 		var err error
-		if limit, err = strconv.ParseFloat(m[4], 64); err != nil {
+		if limit, err = strconv.ParseFloat(m[5], 64); err != nil {
 			return fmt.Errorf("benchratio: ratio %q: %w", s, err)
 		}
 	}
-	*c = append(*c, claim{a: m[1], b: m[2], op: m[3], limit: limit})
+	*c = append(*c, claim{a: m[1], minus: m[2], b: m[3], op: m[4], limit: limit})
 	return nil
 }
 
@@ -186,14 +195,24 @@ func main() {
 	missed := false
 	for _, c := range cl {
 		a, b := values(res.samples[c.a], "ns/op"), values(res.samples[c.b], "ns/op")
-		if len(a) == 0 || len(b) == 0 {
-			fmt.Fprintf(tw, "%s ÷ %s\t%s\t\t\t\tno data\t\n", c.a, c.b, c.claimText())
+		n := min(len(a), len(b))
+		var minus []float64
+		if c.minus != "" {
+			minus = values(res.samples[c.minus], "ns/op")
+			n = min(n, len(minus))
+		}
+		if n == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\tno data\t\n", c.name(), c.claimText())
 			missed = true
 			continue
 		}
 		var paired []float64
-		for i := range min(len(a), len(b)) {
-			paired = append(paired, a[i]/b[i])
+		for i := range n {
+			top := a[i]
+			if minus != nil {
+				top -= minus[i]
+			}
+			paired = append(paired, top/b[i])
 		}
 		p := median(paired)
 		verdict := "holds"
@@ -202,8 +221,12 @@ func main() {
 		} else if !c.holds(p) {
 			verdict, missed = "MISSED", true
 		}
-		fmt.Fprintf(tw, "%s ÷ %s\t%s\t%.3f\t%.2f–%.2f\t%.3f\t%s\t\n", c.a, c.b, c.claimText(),
-			p, slices.Min(paired), slices.Max(paired), median(a)/median(b), verdict)
+		ofMedians := median(a) / median(b)
+		if minus != nil {
+			ofMedians = (median(a) - median(minus)) / median(b)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f–%.2f\t%.3f\t%s\t\n", c.name(), c.claimText(),
+			p, slices.Min(paired), slices.Max(paired), ofMedians, verdict)
 	}
 	tw.Flush()
 	if missed && *strict {

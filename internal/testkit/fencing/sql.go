@@ -5,52 +5,101 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/decl"
+	"github.com/lockgen/lockgen/internal/fencegen"
+	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// PublishSQL is the runtime's publish statement (queries/fencing.sql,
-// PublishFence) without its lock_timeout wrapper: $1 lock ID, $2 token.
-const PublishSQL = `INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES ($1, $2)
-ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = now()
-WHERE f.token < excluded.token`
-
-// Table creates schema.name and, unless policy is "", the row trigger
-// fence_check of lockID with policy ("strict" or "permissive"), without
-// the TRUNCATE guard. It returns the quoted, qualified name.
+// Table creates schema.name with the columns (id int PRIMARY KEY, balance
+// int NOT NULL) and fences it as lockgen fence does, with a plain lock
+// pinned to lockID and policy ("strict" or "permissive"): the current
+// layout, TRUNCATE guard included ([Fence]). policy "" creates the table
+// unfenced, with a plain fencing_token bigint column (the control). schema
+// and name must be lowercase identifiers; it returns "schema.name".
 func Table(t testing.TB, db *sql.DB, schema, name string, lockID int64, policy string) string {
 	t.Helper()
-	tbl := pgx.Identifier{schema, name}.Sanitize()
-	_, err := db.Exec(`CREATE TABLE ` + tbl + ` (id int PRIMARY KEY, balance int NOT NULL, fencing_token bigint)`)
+	table := schema + "." + name
+	_, err := db.Exec(`CREATE TABLE ` + table + ` (id int PRIMARY KEY, balance int NOT NULL)`)
 	require.NoError(t, err)
-	if policy != "" {
-		_, err = db.Exec(fmt.Sprintf(`CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON %s
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%d', '%s')`, tbl, lockID, policy))
+	if policy == "" {
+		_, err = db.Exec(`ALTER TABLE ` + table + ` ADD COLUMN fencing_token bigint`)
 		require.NoError(t, err)
+		return table
 	}
-	return tbl
+	Fence(t, db, table, PlainLock(t, lockID), nil, policy)
+	return table
 }
 
-// GuardedTable creates schema.name as lockgen fence fences a table: the row
-// trigger fence_check(lockID, policy) and the TRUNCATE guard, named as the
-// generated migration names them. policy "" creates the table without
-// triggers (the control). schema and name are used as given (unquoted).
-func GuardedTable(t testing.TB, db *sql.DB, schema, name string, lockID int64, policy string) string {
+// LegacyTable is [Table] in the first layout, as lockgen fence wrote it
+// before lockgen's migration 00005: a BEFORE INSERT OR UPDATE OR DELETE row
+// trigger pgadvisory.fence_check(lockID, policy) and the TRUNCATE guard.
+func LegacyTable(t testing.TB, db *sql.DB, schema, name string, lockID int64, policy string) string {
 	t.Helper()
 	table := schema + "." + name
-	ddl := `CREATE TABLE ` + table + ` (id int PRIMARY KEY, balance int NOT NULL, fencing_token bigint)`
-	if policy != "" {
-		args := fmt.Sprintf("'%d', '%s'", lockID, policy)
-		ddl += `; CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + table +
-			` FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check(` + args + `)` +
-			`; CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + table +
-			` FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`
-	}
-	_, err := db.Exec(ddl)
+	args := fmt.Sprintf("'%d', '%s'", lockID, policy)
+	_, err := db.Exec(`CREATE TABLE ` + table + ` (id int PRIMARY KEY, balance int NOT NULL, fencing_token bigint);
+		CREATE TRIGGER ` + fencegen.RowTrigger + ` BEFORE INSERT OR UPDATE OR DELETE ON ` + table + `
+			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check(` + args + `);
+		CREATE TRIGGER ` + fencegen.TruncateTrigger + ` BEFORE TRUNCATE ON ` + table + `
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`)
 	require.NoError(t, err)
 	return table
+}
+
+// PlainLock declares a plain lock whose ID is pinned to lockID, checked as
+// lockgen fence needs it.
+func PlainLock(t testing.TB, lockID int64) *decl.Lock {
+	t.Helper()
+	return Declared(t, fmt.Sprintf("  - name: test.fenced\n    id: %d\n    fencing: true\n", lockID), "test.fenced")
+}
+
+// Declared declares the locks in entries (the items of a locks.yaml's
+// locks: list, indented by two spaces) and returns name, checked.
+func Declared(t testing.TB, entries, name string) *decl.Lock {
+	t.Helper()
+	loaded, err := decl.LoadBytes("locks.yaml", []byte("version: \"1\"\npackage: locks\nlocks:\n"+entries), nil)
+	require.NoError(t, err)
+	l := loaded.File.Lookup(name)
+	require.NotNil(t, l, name)
+	return l
+}
+
+// Fence applies the Up of the migration lockgen fence writes for table
+// (schema.name) with lock, the parameter columns of a parameterized lock,
+// and policy.
+func Fence(t testing.TB, db *sql.DB, table string, lock *decl.Lock, columns []string, policy string) {
+	t.Helper()
+	require.NoError(t, ApplyFence(db, table, lock, columns, policy))
+}
+
+// ApplyFence is [Fence] returning the error of goose up's statements (for
+// tests of the migration's refusals).
+func ApplyFence(db *sql.DB, table string, lock *decl.Lock, columns []string, policy string) error {
+	s, err := fencegen.NewSpec(lock, table, strings.Join(columns, ","), policy)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(UpSQL(fencegen.Emit(s)))
+	return err
+}
+
+// UpSQL is the Up section of a goose migration without goose's annotations.
+func UpSQL(migration []byte) string {
+	text := string(migration)
+	_, up, _ := strings.Cut(text, "\n-- +goose Up\n")
+	up, _, _ = strings.Cut(up, "\n-- +goose Down\n")
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(up, "\n") {
+		if !strings.HasPrefix(line, "-- +goose") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 // Row is one row of a test table.
@@ -93,7 +142,8 @@ func LastToken(t testing.TB, db *sql.DB) int64 {
 	return n.Int64
 }
 
-// NextToken draws a token as the lock statement does.
+// NextToken draws a token from the fencing sequence without publishing it:
+// a token that no holder ever published.
 func NextToken(t testing.TB, db *sql.DB) int64 {
 	t.Helper()
 	var tok int64
@@ -101,15 +151,41 @@ func NextToken(t testing.TB, db *sql.DB) int64 {
 	return tok
 }
 
-// Publish publishes token for lockID with [PublishSQL] and reports whether
-// it became current.
-func Publish(t testing.TB, db *sql.DB, lockID, token int64) bool {
+// Publish makes a new holder of lockID publish a token, the way every
+// holder does (pgadvisory.RunExclusive with WithFencing, fn doing nothing),
+// and returns the token.
+func Publish(t testing.TB, db *sql.DB, lockID int64) int64 {
 	t.Helper()
-	res, err := db.Exec(PublishSQL, lockID, token)
+	var tok int64
+	require.NoError(t, pgadvisory.RunExclusive(context.Background(), db, lockID, func(tx *sql.Tx) error {
+		var ok bool
+		if tok, ok = pgadvisory.FencingToken(tx); !ok {
+			return errors.New("fencing: no token in a fenced call")
+		}
+		return nil
+	}, pgadvisory.WithFencing()))
+	return tok
+}
+
+// PublishAhead leaves lockID's fence row with a token far ahead of the
+// fencing sequence, as a sequence that went backwards (a restored backup,
+// an asynchronous failover) leaves it, and returns that token.
+func PublishAhead(t testing.TB, db *sql.DB, lockID int64) int64 {
+	t.Helper()
+	ahead := LastToken(t, db) + 1_000_000_000
+	ForcePublished(t, db, lockID, ahead)
+	return ahead
+}
+
+// ForcePublished overwrites lockID's fence row with token, as an owner of
+// lockgen's schema can: for states no holder can reach, and for databases
+// whose schema predates the fenced acquisition (before migration 00004).
+func ForcePublished(t testing.TB, db *sql.DB, lockID, token int64) {
+	t.Helper()
+	_, err := db.Exec(`DELETE FROM pgadvisory.fence WHERE lock_id = $1`, lockID)
 	require.NoError(t, err)
-	n, err := res.RowsAffected()
+	_, err = db.Exec(`INSERT INTO pgadvisory.fence (lock_id, token) VALUES ($1, $2)`, lockID, token)
 	require.NoError(t, err)
-	return n == 1
 }
 
 // Write runs stmts in one transaction that carries token in the

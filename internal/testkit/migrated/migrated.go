@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/migrations"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -29,5 +32,27 @@ func DB(t testing.TB) *sql.DB {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	return db
+}
+
+// UpTo returns a database/sql handle on a new, empty database of t's own
+// (testdb.EmptyDatabase) with lockgen's migrations applied up to version
+// only, as a database that a release of lockgen before version+1 left: the
+// controls of tests about what a later migration changed.
+func UpTo(t testing.TB, version int64) *sql.DB {
+	t.Helper()
+	_, url := testdb.EmptyDatabase(t)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(pgadvisory.MigrationTable),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithLogger(goose.NopLogger()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = p.UpTo(ctx, version)
+	require.NoError(t, err)
 	return db
 }
