@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
@@ -15,10 +16,11 @@ import (
 	"github.com/lockgen/lockgen/keyspace"
 )
 
-// Tables fenced by a parameterized lock (fence_check_param): each
-// parameter value is its own lock with its own token, derived from the row's
-// columns in their canonical text exactly as keyspace.ParamID does, and
-// TRUNCATE is refused (LF003). The helpers are in fence_trigger_test.go.
+// Tables fenced by a parameterized lock: each parameter value is its own
+// lock with its own token, derived from the row's columns in their canonical
+// text exactly as keyspace.ParamID does, checked once per statement and
+// distinct lock, and TRUNCATE is refused (LF003). The helpers are in
+// fence_trigger_test.go.
 
 func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
 	db := migrated.DB(t)
@@ -31,9 +33,7 @@ func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT pgadvisory.lock_id('billing.invoice', $1::bigint::text)`, ten1).Scan(&sqlID))
 	require.Equal(t, lock1, sqlID)
 
-	a1, b1 := fencing.NextToken(t, db), fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock1, a1))
-	require.True(t, fencing.Publish(t, db, lock2, b1))
+	a1, b1 := fencing.Publish(t, db, lock1), fencing.Publish(t, db, lock2)
 	ins := func(id int, tenant int64) string {
 		return fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (%d, %d, 1)`, table, id, tenant)
 	}
@@ -43,11 +43,12 @@ func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
 	e := sqlstate.Require(t, fencing.Write(db, a1, ins(4, ten2)), codeStale)
 	require.Contains(t, e.Message, fmt.Sprintf("billing.invoice(%d) = %d", ten2, lock2))
 	sqlstate.Require(t, fencing.Write(db, b1, `UPDATE `+table+` SET amount = 2 WHERE id = 1`), codeStale)
+	// One statement over both tenants needs both tokens: one token is not enough.
+	sqlstate.Require(t, fencing.Write(db, a1, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (4, %d, 1), (5, %d, 1)`, table, ten1, ten2)), codeStale)
 
 	// A new holder of tenant 1 publishes: tenant 1's old token is stale,
 	// tenant 2's is not affected.
-	a2 := fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock1, a2))
+	a2 := fencing.Publish(t, db, lock1)
 	sqlstate.Require(t, fencing.Write(db, a1, `UPDATE `+table+` SET amount = 0 WHERE id = 1`), codeStale)
 	sqlstate.Require(t, fencing.Write(db, a1, `DELETE FROM `+table+` WHERE id = 2`), codeStale)
 	sqlstate.Require(t, fencing.Write(db, a1, ins(5, ten1)), codeStale)
@@ -60,18 +61,40 @@ func TestFenceParameterizedLocksAreIndependent(t *testing.T) {
 	require.Contains(t, e.Message, fmt.Sprintf("= %d", lock2))
 	// Tenant 2's new holder (a token newer than the row's) passes the row
 	// and its own lock, but not tenant 1's, which the row leaves.
-	b2 := fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock2, b2))
+	b2 := fencing.Publish(t, db, lock2)
 	e = sqlstate.Require(t, fencing.Write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 1`, table, ten2)), codeStale)
 	require.Contains(t, e.Message, fmt.Sprintf("billing.invoice(%d) = %d (current token %d)", ten1, lock1, a2))
 	// Control: staying within tenant 2 passes with the same token.
 	require.NoError(t, fencing.Write(db, b2, fmt.Sprintf(`UPDATE %s SET tenant_id = %d WHERE id = 3`, table, ten2)))
 
-	// Missing token, and TRUNCATE.
+	// Missing token, a NULL parameter, and TRUNCATE.
 	sqlstate.Require(t, fencing.Write(db, 0, ins(7, ten1)), codeMissing)
+	e = sqlstate.Require(t, fencing.Write(db, a2, `INSERT INTO `+table+` (id, tenant_id, amount) VALUES (8, NULL, 1)`), "23502")
+	require.Contains(t, e.Message, "column tenant_id is NULL, but it is parameter 1 of lock billing.invoice")
 	e = sqlstate.Require(t, fencing.Write(db, a2, `TRUNCATE `+table), codeTruncate)
 	require.Contains(t, e.Message, "DELETE rows instead")
 	sqlstate.Require(t, fencing.Write(db, 0, `TRUNCATE `+table), codeTruncate)
+}
+
+// TestFenceParameterizedBulkWrites: a statement over many rows checks each
+// distinct lock once; rows of a lock whose token is stale fail the whole
+// statement, wherever they are among the rows.
+func TestFenceParameterizedBulkWrites(t *testing.T) {
+	db := migrated.DB(t)
+	table := invoiceTable(t, db, testdb.Schema(t), "strict")
+	ten1, ten2 := testdb.Key(t), testdb.Key(t)
+	lock1 := keyspace.ParamID("billing.invoice", keyspace.Int64Param(ten1))
+	lock2 := keyspace.ParamID("billing.invoice", keyspace.Int64Param(ten2))
+	tok := fencing.Publish(t, db, lock1)
+	bulk := fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) SELECT g, %d, g FROM generate_series(1, 5000) AS g`, table, ten1)
+	require.NoError(t, fencing.Write(db, tok, bulk))
+	require.Equal(t, []int64{5000}, queryInts(t, db, `SELECT count(*) FROM `+table+` WHERE fencing_token = $1`, tok))
+
+	// One row of another tenant, last of 5,000: the statement fails.
+	mixed := fmt.Sprintf(`UPDATE %s SET amount = amount + 1, tenant_id = CASE WHEN id = 5000 THEN %d ELSE tenant_id END`, table, ten2)
+	e := sqlstate.Require(t, fencing.Write(db, tok, mixed), codeStale)
+	require.Contains(t, e.Message, fmt.Sprintf("= %d", lock2))
+	require.Equal(t, []int64{0}, queryInts(t, db, `SELECT count(*) FROM `+table+` WHERE tenant_id = $1`, ten2))
 }
 
 func TestFenceParameterizedPermissiveTruncate(t *testing.T) {
@@ -82,25 +105,32 @@ func TestFenceParameterizedPermissiveTruncate(t *testing.T) {
 	require.NoError(t, fencing.Write(db, 0, `TRUNCATE `+table))
 }
 
-// TestFenceParameterCanonicalText: the trigger derives the same lock ID as
+// TestFenceParameterCanonicalText: the triggers derive the same lock ID as
 // Go's keyspace.ParamID from int64, uuid, bool and string columns, whatever
 // spelling the values were written in.
 func TestFenceParameterCanonicalText(t *testing.T) {
 	db := migrated.DB(t)
 	schema := testdb.Schema(t)
 	table := schema + ".export"
-	_, err := db.Exec(`CREATE TABLE ` + table + ` (n bigint, u uuid, b boolean, s text, i integer, v varchar(20), fencing_token bigint);
-		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + table + `
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param('exports.archive', 'strict', 'n', 'u', 'b', 's', 'i', 'v')`)
+	_, err := db.Exec(`CREATE TABLE ` + table + ` (n bigint, u uuid, b boolean, s text, i integer, v varchar(20))`)
 	require.NoError(t, err)
+	lockDecl := fencing.Declared(t, `  - name: exports.archive
+    params:
+      - {name: n, type: int64}
+      - {name: u, type: uuid}
+      - {name: b, type: bool}
+      - {name: s, type: string}
+      - {name: i, type: int64}
+      - {name: v, type: string}
+`, "exports.archive")
+	fencing.Fence(t, db, table, lockDecl, []string{"n", "u", "b", "s", "i", "v"}, "strict")
 
 	n := testdb.Key(t) * -1
 	u := [16]byte{0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11}
 	s := `it's "quoted" \ ünïcode 😀`
 	lock := keyspace.ParamID("exports.archive", keyspace.Int64Param(n), keyspace.UUIDParam(u),
 		keyspace.BoolParam(false), keyspace.StringParam(s), keyspace.Int64Param(-7), keyspace.StringParam("x y"))
-	tok := fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock, tok))
+	tok := fencing.Publish(t, db, lock)
 
 	insert := func(tok int64, b string) error {
 		ctx := context.Background()
@@ -109,7 +139,10 @@ func TestFenceParameterCanonicalText(t *testing.T) {
 			return err
 		}
 		defer tx.Rollback()
-		if _, err := tx.Exec(`INSERT INTO `+table+` VALUES ($1, '{A0EEBC999C0B4EF8BB6D6BB9BD380A11}', $2::boolean, $3, -7, 'x y', $4)`, n, b, s, tok); err != nil {
+		if _, err := tx.Exec(`SELECT set_config('pgadvisory.fencing_token', $1::bigint::text, true)`, tok); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`INSERT INTO `+table+` VALUES ($1, '{A0EEBC999C0B4EF8BB6D6BB9BD380A11}', $2::boolean, $3, -7, 'x y')`, n, b, s); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -120,17 +153,19 @@ func TestFenceParameterCanonicalText(t *testing.T) {
 	sqlstate.Require(t, insert(tok, "true"), codeStale)
 }
 
-// invoiceTable creates schema.invoice fenced by the parameterized lock
-// billing.invoice(tenant_id int64).
+// invoiceTable creates schema.invoice fenced, as lockgen fence fences it,
+// by the parameterized lock billing.invoice(tenant_id int64).
 func invoiceTable(t *testing.T, db *sql.DB, schema, policy string) string {
 	t.Helper()
 	table := schema + ".invoice"
-	args := "'billing.invoice', '" + policy + "', 'tenant_id'"
-	_, err := db.Exec(`CREATE TABLE ` + table + ` (id int PRIMARY KEY, tenant_id bigint NOT NULL, amount int NOT NULL, fencing_token bigint);
-		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + table + `
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param(` + args + `);
-		CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + table + `
-			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`)
+	_, err := db.Exec(`CREATE TABLE ` + table + ` (id int PRIMARY KEY, tenant_id bigint, amount int NOT NULL)`)
 	require.NoError(t, err)
+	fencing.Fence(t, db, table, invoiceLock(t), []string{"tenant_id"}, policy)
 	return table
+}
+
+// invoiceLock declares billing.invoice(tenant_id int64).
+func invoiceLock(t *testing.T) *decl.Lock {
+	t.Helper()
+	return fencing.Declared(t, "  - name: billing.invoice\n    fencing: true\n    params:\n      - {name: tenant_id, type: int64}\n", "billing.invoice")
 }

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -14,119 +15,95 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
-// Publishing a token against writes in flight (00002_fencing.sql): writers
-// of the current token do not block each other, the next publish waits for
-// them and is ordered after them, and the sequence never re-issues a token.
-// The helpers are in fence_trigger_test.go.
+// Publishing a token against writes in flight (00004_fencing_acquire.sql,
+// pgadvisory.fence_acquire): writers of the current token do not block each
+// other, the next publish waits for them and is ordered after them (or
+// gives up after its publish timeout, leaving no lock behind), and the
+// sequence never re-issues a token. The helpers are in fence_trigger_test.go.
 
 // TestFenceSameTokenWritersDoNotBlock: two transactions with the same token
 // write at once. The second runs and commits while the first is still open;
 // had it waited for the first, its lock_timeout would have failed it.
 func TestFenceSameTokenWritersDoNotBlock(t *testing.T) {
-	ctx := context.Background()
 	db := migrated.DB(t)
 	lock := testdb.Key(t)
-	table := fencing.GuardedTable(t, db, testdb.Schema(t), "account", lock, "strict")
-	tok := fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock, tok))
+	table := fencing.Table(t, db, testdb.Schema(t), "account", lock, "strict")
+	tok := fencing.Publish(t, db, lock)
 
-	first, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer first.Rollback()
-	_, err = first.Exec(`SELECT set_config('pgadvisory.fencing_token', $1, true)`, fmt.Sprint(tok))
-	require.NoError(t, err)
-	_, err = first.Exec(`INSERT INTO ` + table + ` (id, balance) VALUES (1, 100)`)
-	require.NoError(t, err)
-
+	first := openWriter(t, db, tok, `INSERT INTO `+table+` (id, balance) VALUES (1, 100)`)
 	require.NoError(t, fencing.Write(db, tok, `SET LOCAL lock_timeout = '10s'`,
 		`INSERT INTO `+table+` (id, balance) VALUES (2, 200)`,
 		`UPDATE `+table+` SET balance = 201 WHERE id = 2`))
-	require.NoError(t, first.Commit())
+	require.NoError(t, first.tx.Commit())
 	require.Equal(t, []int64{1, 2}, queryInts(t, db, `SELECT id FROM `+table+` ORDER BY id`))
 }
 
-// TestFencePublishWaitsForInFlightWrites: the next holder's publish waits
-// while a write with the current token is open, and succeeds after it ends;
-// from then on that token is refused.
-func TestFencePublishWaitsForInFlightWrites(t *testing.T) {
+// TestFencePublishTimesOutForInFlightWrites: while a write with the current
+// token is open, the next holder's publish (fence_acquire with a publish
+// timeout of 200ms) fails with 55P03 and says why, and leaves no advisory
+// lock on its session; once the writer ends, the publish succeeds, and from
+// then on the old token is refused.
+func TestFencePublishTimesOutForInFlightWrites(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.DB(t)
 	lock := testdb.Key(t)
-	table := fencing.GuardedTable(t, db, testdb.Schema(t), "account", lock, "strict")
-	t2 := fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock, t2))
+	table := fencing.Table(t, db, testdb.Schema(t), "account", lock, "strict")
+	t2 := fencing.Publish(t, db, lock)
+	writer := openWriter(t, db, t2, `INSERT INTO `+table+` (id, balance) VALUES (1, 100)`)
 
-	writer, err := db.BeginTx(ctx, nil)
+	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
-	defer writer.Rollback()
-	_, err = writer.Exec(`SELECT set_config('pgadvisory.fencing_token', $1, true)`, fmt.Sprint(t2))
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	_, err = writer.Exec(`INSERT INTO ` + table + ` (id, balance) VALUES (1, 100)`)
-	require.NoError(t, err)
-
-	t3 := fencing.NextToken(t, db)
-	publishWithTimeout := func() error {
-		return fencing.Write(db, 0, `SET LOCAL lock_timeout = '200ms'`,
-			fmt.Sprintf(`INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES (%d, %d)
-			ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token WHERE f.token < excluded.token`, lock, t3))
-	}
-	sqlstate.Require(t, publishWithTimeout(), codeLockTimeout)
+	var granted bool
+	err = tx.QueryRowContext(ctx, `SELECT granted FROM pgadvisory.fence_acquire(ARRAY[$1]::bigint[], false, NULL, '200ms')`, lock).Scan(&granted)
+	e := sqlstate.Require(t, err, codeLockTimeout)
+	require.Contains(t, e.Message, "pgadvisory: publishing fencing token")
+	require.Contains(t, e.Message, "waited 200ms for writes still in flight with the previous token")
+	require.NoError(t, tx.Rollback())
+	var held int
+	require.NoError(t, conn.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&held))
+	require.Zero(t, held, "the failed acquisition released its session lock")
+	require.Equal(t, t2, fencing.Published(t, db, lock))
 
 	// The writer commits with T2, still current.
-	_, err = writer.Exec(`UPDATE ` + table + ` SET balance = 101 WHERE id = 1`)
+	_, err = writer.tx.Exec(`UPDATE ` + table + ` SET balance = 101 WHERE id = 1`)
 	require.NoError(t, err)
-	require.NoError(t, writer.Commit())
+	require.NoError(t, writer.tx.Commit())
 
-	require.NoError(t, publishWithTimeout())
-	require.Equal(t, []int64{t3}, queryInts(t, db, `SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, lock))
+	t3 := fencing.Publish(t, db, lock)
+	require.Greater(t, t3, t2)
 	sqlstate.Require(t, fencing.Write(db, t2, `UPDATE `+table+` SET balance = 0 WHERE id = 1`), codeStale)
 	require.NoError(t, fencing.Write(db, t3, `UPDATE `+table+` SET balance = 102 WHERE id = 1`))
 }
 
-// TestFencePublishOrderedAfterWriter: a publish without a timeout blocks on
-// the open writer and completes once it commits (the same as above, without
-// relying on the timeout).
+// TestFencePublishOrderedAfterWriter: a holder's publish blocks on the open
+// writer and completes once it commits.
 func TestFencePublishOrderedAfterWriter(t *testing.T) {
-	ctx := context.Background()
 	db := migrated.DB(t)
 	lock := testdb.Key(t)
-	table := fencing.GuardedTable(t, db, testdb.Schema(t), "account", lock, "strict")
-	t2 := fencing.NextToken(t, db)
-	require.True(t, fencing.Publish(t, db, lock, t2))
+	table := fencing.Table(t, db, testdb.Schema(t), "account", lock, "strict")
+	t2 := fencing.Publish(t, db, lock)
+	writer := openWriter(t, db, t2, `INSERT INTO `+table+` (id, balance) VALUES (1, 100)`)
 
-	writer, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer writer.Rollback()
-	_, err = writer.Exec(`SELECT set_config('pgadvisory.fencing_token', $1, true)`, fmt.Sprint(t2))
-	require.NoError(t, err)
-	_, err = writer.Exec(`INSERT INTO ` + table + ` (id, balance) VALUES (1, 100)`)
-	require.NoError(t, err)
-
-	pubConn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer pubConn.Close()
-	var pubPID int
-	require.NoError(t, pubConn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pubPID))
-	t3 := fencing.NextToken(t, db)
-	done := make(chan error, 1)
-	go func() {
-		_, err := pubConn.ExecContext(ctx, fencing.PublishSQL, lock, t3)
-		done <- err
-	}()
+	done := make(chan int64, 1)
+	go func() { done <- fencing.Publish(t, db, lock) }()
 	// The publish waits on a lock held by the writer.
 	require.Eventually(t, func() bool {
-		var waiting bool
-		err := db.QueryRow(`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pubPID).Scan(&waiting)
-		return err == nil && waiting
+		var n int
+		err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%fence_acquire%'`, writer.pid).Scan(&n)
+		return err == nil && n == 1
 	}, 30*time.Second, 20*time.Millisecond)
 	select {
-	case err := <-done:
-		t.Fatalf("publish finished while the writer was open: %v", err)
+	case tok := <-done:
+		t.Fatalf("publish of %d finished while the writer was open", tok)
 	default:
 	}
-	require.NoError(t, writer.Commit())
-	require.NoError(t, <-done)
-	require.Equal(t, []int64{t3}, queryInts(t, db, `SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, lock))
+	require.NoError(t, writer.tx.Commit())
+	t3 := <-done
+	require.Greater(t, t3, t2)
+	require.Equal(t, t3, fencing.Published(t, db, lock))
 }
 
 func TestFenceSequenceNeverReissues(t *testing.T) {
@@ -138,4 +115,25 @@ func TestFenceSequenceNeverReissues(t *testing.T) {
 	require.NoError(t, tx.QueryRow(`SELECT nextval('pgadvisory.fencing_token_seq')`).Scan(&aborted))
 	require.NoError(t, tx.Rollback())
 	require.Greater(t, fencing.NextToken(t, db), aborted)
+}
+
+// writer is an open transaction that carries a token and has written.
+type writer struct {
+	tx  *sql.Tx
+	pid int64
+}
+
+// openWriter begins a transaction carrying token, runs stmt in it and
+// leaves it open (rolled back when t ends unless committed).
+func openWriter(t *testing.T, db *sql.DB, token int64, stmt string) writer {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var w writer
+	require.NoError(t, tx.QueryRow(`SELECT pg_backend_pid(), set_config('pgadvisory.fencing_token', $1, true) IS NOT NULL`, fmt.Sprint(token)).Scan(&w.pid, new(bool)))
+	_, err = tx.Exec(stmt)
+	require.NoError(t, err)
+	w.tx = tx
+	return w
 }

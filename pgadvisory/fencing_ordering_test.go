@@ -40,12 +40,12 @@ func TestFencingPublishOrdering(t *testing.T) {
 			var bRan atomic.Bool
 			bDone := fencing.StartHolder(ctx, door, key, tbl, &bRan)
 			require.Eventually(t, func() bool {
-				return witness.Of(admin).BlockedBy(t, wPid, "%INSERT INTO pgadvisory.fence%") == 1
+				return witness.Of(admin).BlockedBy(t, wPid, "%fence_acquire%") == 1
 			}, 30*time.Second, 10*time.Millisecond, "B's publish must wait for the open T1 writer")
 			time.Sleep(200 * time.Millisecond) // the old writer stays open a while
 			require.False(t, bRan.Load(), "B's fn must not run before its token is published")
 			require.Equal(t, t1, fencing.Published(t, admin, key))
-			require.Equal(t, int64(1), witness.Of(admin).BlockedBy(t, wPid, "%INSERT INTO pgadvisory.fence%"))
+			require.Equal(t, int64(1), witness.Of(admin).BlockedBy(t, wPid, "%fence_acquire%"))
 
 			release()
 			require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"), "T1 was current until the writer ended")
@@ -65,8 +65,9 @@ func TestFencingPublishOrdering(t *testing.T) {
 		})
 	}
 
-	// (b) A publish with a short wait fails with 55P03 while the old writer
-	// is open (the statement the runtime runs, with lock_timeout 200ms).
+	// (b) The publish with a short publish timeout fails with 55P03 while the
+	// old writer is open (fence_acquire, the function every fenced call
+	// runs, with 200ms), and leaves no lock on its session.
 	t.Run("short_wait_times_out", func(t *testing.T) {
 		ctx := testdb.Context(t)
 		door := doors[1]
@@ -81,10 +82,10 @@ func TestFencingPublishOrdering(t *testing.T) {
 		tx, err := conn.BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback() }() // before conn.Close, which waits for tx
-		_, err = tx.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, fencing.PublishSQL, key, t1+1000)
+		var granted bool
+		err = tx.QueryRowContext(ctx, `SELECT granted FROM pgadvisory.fence_acquire(ARRAY[$1]::bigint[], false, NULL, '200ms')`, key).Scan(&granted)
 		sqlstate.Require(t, err, "55P03")
+		require.Equal(t, 0, len(witness.Of(admin).Holds(t, key)), "the failed publish released its session lock")
 
 		release()
 		require.NoError(t, frontdoor.Await(t, wDone, "the T1 writer"))

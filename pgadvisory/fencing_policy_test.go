@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/fencegen"
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
@@ -15,8 +16,12 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Writes that carry no token: a strict table refuses them, a permissive one
-// lets them through unstamped (a stale token is refused by both), and
+// Writes that carry no token. The token is only what the writer set for its
+// transaction, so a plain RunExclusive (without WithFencing) carries none:
+// a strict table refuses all its writes, the UPDATE of a row the current
+// holder stamped included, with ErrMissingToken and advice that fits (take
+// the lock WithFencing(), fencing: true); a permissive table lets them
+// through and stamps their rows NULL (a stale token is refused by both).
 // TRUNCATE, which fires no row trigger, is refused by the statement guard.
 
 func TestFencingMissingToken(t *testing.T) {
@@ -29,7 +34,12 @@ func TestFencingMissingToken(t *testing.T) {
 			strict := fencing.Table(t, admin, schema, "strict_t", key, "strict")
 			permissive := fencing.Table(t, admin, schema, "permissive_t", key, "permissive")
 			tok := fencing.Holder(t, ctx, door, key, func(tx frontdoor.Tx) error {
-				return tx.Exec(ctx, `INSERT INTO `+strict+` (id, balance) VALUES (1, 10)`)
+				for _, tbl := range []string{strict, permissive} {
+					if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 			unfenced := func(tbl, query string) error {
 				return door.RunExclusive(ctx, testdb.Key(t), func(tx frontdoor.Tx) error {
@@ -40,33 +50,45 @@ func TestFencingMissingToken(t *testing.T) {
 				})
 			}
 
-			// Strict: a write that carries no token is refused, through
-			// the runtime (typed) and from plain code (SQLSTATE).
+			// Strict: a write that carries no token is refused, through the
+			// runtime (typed) and from plain code (SQLSTATE), even the
+			// UPDATE of a row the current holder stamped, and even with
+			// the current token in the column.
 			for _, q := range []string{
 				`INSERT INTO %s (id, balance) VALUES (2, 20)`,
 				`DELETE FROM %s WHERE id = 1`,
+				`UPDATE %s SET balance = balance + 1 WHERE id = 1`,
+				fmt.Sprintf(`UPDATE %%s SET balance = balance + 1, fencing_token = %d WHERE id = 1`, tok),
 			} {
-				sqlstate.RequireKind(t, unfenced(strict, q), pgadvisory.ErrMissingToken, "LF002")
-				_, err := admin.ExecContext(ctx, fmt.Sprintf(q, strict))
-				sqlstate.Require(t, err, "LF002")
+				err := unfenced(strict, q)
+				sqlstate.RequireKind(t, err, pgadvisory.ErrMissingToken, "LF002", q)
+				require.ErrorContains(t, err, "take the lock with pgadvisory.WithFencing() (fencing: true in locks.yaml)", q)
+				_, err = admin.ExecContext(ctx, fmt.Sprintf(q, strict))
+				sqlstate.Require(t, err, "LF002", q)
 			}
-			// A legacy UPDATE that does not set the column inherits the
-			// row's token: accepted while that token is current...
-			require.NoError(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`))
-			// ...and refused once a newer holder published.
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 10, Token: tok}}, fencing.Rows(t, admin, strict))
+			// A newer holder's token is the only one that writes now.
 			tok2 := fencing.Holder(t, ctx, door, key, nil)
 			require.Greater(t, tok2, tok)
-			sqlstate.RequireKind(t, unfenced(strict, `UPDATE %s SET balance = balance + 1 WHERE id = 1`), pgadvisory.ErrStaleToken, "LF001")
-			require.Equal(t, map[int64]fencing.Row{1: {Balance: 11, Token: tok}}, fencing.Rows(t, admin, strict))
+			err := door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `UPDATE `+strict+` SET balance = balance + 1 WHERE id = 1`)
+			})
+			sqlstate.RequireKind(t, err, pgadvisory.ErrStaleToken, "LF001")
+			require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `UPDATE `+strict+` SET balance = balance + 1 WHERE id = 1`)
+			}))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 11, Token: tok2}}, fencing.Rows(t, admin, strict))
 
-			// Permissive: the same token-less writes are accepted and left
-			// unstamped; a stale token is still refused.
+			// Permissive: the same token-less writes are accepted, whatever
+			// the row's stamp, and leave their rows stamped NULL; a stale
+			// token is still refused.
 			require.NoError(t, unfenced(permissive, `INSERT INTO %s (id, balance) VALUES (2, 20)`))
-			_, err := admin.ExecContext(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (3, 30)`)
+			require.NoError(t, unfenced(permissive, `UPDATE %s SET balance = balance + 1 WHERE id = 1`), "a row stamped by an older holder")
+			_, err = admin.ExecContext(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (3, 30)`)
 			require.NoError(t, err)
 			_, err = admin.ExecContext(ctx, `DELETE FROM `+permissive+` WHERE id = 3`)
 			require.NoError(t, err)
-			require.Equal(t, map[int64]fencing.Row{2: {Balance: 20, Token: 0}}, fencing.Rows(t, admin, permissive))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 11, Token: 0}, 2: {Balance: 20, Token: 0}}, fencing.Rows(t, admin, permissive))
 			err = door.RunFenced(ctx, tok, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			})
@@ -74,29 +96,25 @@ func TestFencingMissingToken(t *testing.T) {
 			require.NoError(t, door.RunFenced(ctx, tok2, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+permissive+` (id, balance) VALUES (4, 40)`)
 			}))
-			require.Equal(t, map[int64]fencing.Row{2: {Balance: 20, Token: 0}, 4: {Balance: 40, Token: tok2}}, fencing.Rows(t, admin, permissive))
+			require.Equal(t, map[int64]fencing.Row{1: {Balance: 11}, 2: {Balance: 20}, 4: {Balance: 40, Token: tok2}}, fencing.Rows(t, admin, permissive))
 		})
 	}
 }
 
-// TestFencingTruncateGuard: TRUNCATE fires no row trigger; the statement
-// guard refuses it without the current token (strict), like a DELETE.
+// TestFencingTruncateGuard: TRUNCATE fires no row or statement trigger of
+// the writes; the TRUNCATE guard refuses it without the current token
+// (strict), like a DELETE. The control is the same table without the guard.
 func TestFencingTruncateGuard(t *testing.T) {
 	admin := migrated.DB(t)
 	door := fencing.Doors(t, nil)[0]
 	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	schema := testdb.Schema(t)
-	guard := func(tbl, policy string) {
-		_, err := admin.Exec(fmt.Sprintf(`CREATE TRIGGER fence_truncate BEFORE TRUNCATE ON %s
-			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('%d', '%s')`, tbl, key, policy))
-		require.NoError(t, err)
-	}
 	strict := fencing.Table(t, admin, schema, "strict_t", key, "strict")
-	guard(strict, "strict")
 	permissive := fencing.Table(t, admin, schema, "permissive_t", key, "permissive")
-	guard(permissive, "permissive")
 	unguarded := fencing.Table(t, admin, schema, "unguarded_t", key, "strict")
+	_, err := admin.Exec(`DROP TRIGGER ` + fencegen.TruncateTrigger + ` ON ` + unguarded)
+	require.NoError(t, err)
 	tok := fencing.Holder(t, ctx, door, key, func(tx frontdoor.Tx) error {
 		for _, tbl := range []string{strict, permissive, unguarded} {
 			if err := tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`); err != nil {
@@ -106,9 +124,9 @@ func TestFencingTruncateGuard(t *testing.T) {
 		return nil
 	})
 
-	_, err := admin.ExecContext(ctx, `TRUNCATE `+strict)
+	_, err = admin.ExecContext(ctx, `TRUNCATE `+strict)
 	sqlstate.Require(t, err, "LF002")
-	// CONTROL: the row trigger alone does not see TRUNCATE.
+	// CONTROL: the write triggers alone do not see TRUNCATE.
 	_, err = admin.ExecContext(ctx, `TRUNCATE `+unguarded)
 	require.NoError(t, err)
 	require.Empty(t, fencing.Rows(t, admin, unguarded))

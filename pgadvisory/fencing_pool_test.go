@@ -14,58 +14,65 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// TestFencingPoolOfOne: a fenced call publishes on a second connection, so
-// on a pool that allows one connection it is refused at once with
-// ErrInvalidArgument, before any lock or token; the same pool runs unfenced
-// calls (control: the pool itself is fine).
+// A fenced call publishes its token on the lock's own connection: it needs
+// one pool connection, like an unfenced call, so a pool of one works and a
+// pool whose other connections are all taken does not stall it.
+
+// TestFencingPoolOfOne: on a pool that allows one connection, fenced calls
+// run (fn sees the one connection in use), publish, and write a fenced
+// table through the lock transaction, one after the other.
 func TestFencingPoolOfOne(t *testing.T) {
 	admin := migrated.DB(t)
 	for _, door := range frontdoor.OpenAll(t, frontdoor.MaxConns(1)) {
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			seq := fencing.LastToken(t, admin)
-			var ran bool
-			fn := func(frontdoor.Tx) error { ran = true; return nil }
-			err := door.RunExclusive(ctx, key, fn, pgadvisory.WithFencing())
-			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
-			require.ErrorContains(t, err, "allow at least 2")
-			require.False(t, ran, "fn must not run")
-			require.Equal(t, seq, fencing.LastToken(t, admin), "no token was drawn")
-			require.Zero(t, fencing.Published(t, admin, key), "nothing was published")
-
-			require.NoError(t, door.RunExclusive(ctx, key, fn), "control: an unfenced call on the same pool")
-			require.True(t, ran)
+			tbl := fencing.Table(t, admin, testdb.Schema(t), "accounts", key, "strict")
+			var tokens []int64
+			for i := range 3 {
+				require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+					require.Equal(t, 1, door.InUse(), "the pool's only connection")
+					tok, _ := tx.FencingToken()
+					tokens = append(tokens, tok)
+					return tx.Exec(ctx, `INSERT INTO `+tbl+` (id, balance) VALUES ($1, 0)`, i)
+				}, pgadvisory.WithFencing()))
+				require.Equal(t, tokens[i], fencing.Published(t, admin, key))
+			}
+			require.Less(t, tokens[0], tokens[1])
+			require.Less(t, tokens[1], tokens[2])
+			require.Len(t, fencing.Rows(t, admin, tbl), 3)
+			frontdoor.RequireIdle(t, door)
 		})
 	}
 }
 
-// TestFencingPoolExhausted: a fenced holder whose publish finds no free
-// connection fails when its context ends instead of hanging: the error
-// wraps context.DeadlineExceeded and says "publish", fn did not run, the
-// lock is released and no connection leaks. Once a connection is free again
-// the same call succeeds (control: exhaustion was the only cause).
-func TestFencingPoolExhausted(t *testing.T) {
+// TestFencingHoldsOneConnection: with every other connection of its pool
+// checked out, a fenced call still runs (before, its publish needed a
+// second connection and failed when ctx ended). The control checks that
+// the pool really was full: one more checkout waits until ctx ends.
+func TestFencingHoldsOneConnection(t *testing.T) {
 	admin := migrated.DB(t)
 	for _, door := range frontdoor.OpenAll(t, frontdoor.MaxConns(2)) {
 		t.Run(door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			release := door.Checkout(t)
-			ctx, cancel := context.WithTimeout(testdb.Context(t), 500*time.Millisecond)
-			defer cancel()
+			defer release()
 			var ran bool
-			fn := func(frontdoor.Tx) error { ran = true; return nil }
-			err := door.RunExclusive(ctx, key, fn, pgadvisory.WithFencing())
-			release()
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			var pe *pgadvisory.Error
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "publish", pe.Op)
-			require.False(t, ran, "fn must not run")
-			require.Zero(t, fencing.Published(t, admin, key), "nothing was published")
-			require.Eventually(t, func() bool { return door.Idle() }, 30*time.Second, 10*time.Millisecond, "no connection leaks")
-
-			require.NoError(t, door.RunExclusive(testdb.Context(t), key, fn, pgadvisory.WithFencing()), "control: with a free connection the same call succeeds")
+			require.NoError(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
+				ran = true
+				// CONTROL: the pool is full while fn runs.
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				if door.Driver == frontdoor.Pgx {
+					_, err := door.Pool().Acquire(short)
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+				} else {
+					_, err := door.DB().Conn(short)
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+				}
+				return nil
+			}, pgadvisory.WithFencing()))
 			require.True(t, ran)
 			require.NotZero(t, fencing.Published(t, admin, key))
 		})
