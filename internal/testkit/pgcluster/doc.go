@@ -6,8 +6,9 @@
 // [Start] runs initdb in a private temporary directory and starts the server
 // on 127.0.0.1 at a free port, with fsync off and its Unix socket in that
 // directory; [Cluster.StartStandby] adds a streaming hot standby
-// (pg_basebackup -R); [StartPgBouncer] puts a PgBouncer in front of any
-// database. Everything is stopped (pg_ctl stop -m immediate for servers) and
+// (pg_basebackup -R); [Cluster.Crash] and [Cluster.Restart] stop a server
+// abruptly and start it again (crash recovery); [StartPgBouncer] puts a
+// PgBouncer in front of any database. Everything is stopped (pg_ctl stop -m immediate for servers) and
 // deleted when the test ends. [Shared] gives all tests of a test binary one
 // cluster, which keeps CI time low: initdb is the slow step (about a second).
 //
