@@ -16,13 +16,18 @@ import (
 
 func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 	primary := throwawayCluster(t)
-	standby := primary.StartStandby(t)
 	ctx := t.Context()
+	// lockgen's schema, for the fenced call (the standby copies it).
+	migrator, err := sql.Open("pgx", primary.URL())
+	require.NoError(t, err)
+	require.NoError(t, pgadvisory.Migrate(ctx, migrator))
+	require.NoError(t, migrator.Close())
+	standby := primary.StartStandby(t)
 	key := testdb.Key(t)
 
 	// The primary holds key.
 	holder := connectTo(t, primary.URL())
-	_, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = holder.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") })
 	require.False(t, tryHandWrittenLock(t, connectTo(t, primary.URL()), key), "control: on the primary the key is taken")
@@ -48,6 +53,10 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 		}},
 		{"RunSession", func(d frontdoor.Door, called *bool) error {
 			return d.RunSession(ctx, key, func(context.Context) error { *called = true; return nil })
+		}},
+		{"RunExclusive_fenced", func(d frontdoor.Door, called *bool) error {
+			// fence_acquire answers standby before it locks or draws a token.
+			return d.RunExclusive(ctx, key, func(frontdoor.Tx) error { *called = true; return nil }, pgadvisory.WithFencing())
 		}},
 	}
 	for _, d := range []frontdoor.Door{frontdoor.OnDB(db), frontdoor.OnPool(pool)} {
