@@ -123,23 +123,15 @@ func ExampleRunFenced() {
 	exampleMigrate(ctx, db)
 	lockID := exampleLockID("run_fenced")
 
-	// A table fenced by the lock (lockgen fence generates this migration).
-	schema := exampleSchemaName("run_fenced")
-	_, err := db.ExecContext(ctx, fmt.Sprintf(`
-		CREATE SCHEMA %[1]s;
-		CREATE TABLE %[1]s.invoices (id int PRIMARY KEY, total int NOT NULL);
-		ALTER TABLE %[1]s.invoices ADD COLUMN fencing_token bigint;
-		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON %[1]s.invoices
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%[2]d', 'strict')`, schema, lockID))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE")
+	// A table fenced by the lock (lockgen fence generates this migration;
+	// see exampleFencedTable).
+	invoices, drop := exampleFencedTable(ctx, db, "run_fenced", lockID)
+	defer drop()
 
 	// A worker writes invoices on behalf of a lock holder, with its token.
 	writeInvoice := func(token int64, id, total int) error {
 		return pgadvisory.RunFenced(ctx, db, token, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO "+schema+".invoices (id, total) VALUES ($1, $2)", id, total)
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+invoices+" (id, total) VALUES ($1, $2)", id, total)
 			return err
 		})
 	}
@@ -154,8 +146,8 @@ func ExampleRunFenced() {
 
 	// A's worker pauses (GC, network). Holder B takes the lock; its token is
 	// published before its fn runs, and its writes through tx carry it.
-	err = pgadvisory.RunExclusive(ctx, db, lockID, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "UPDATE "+schema+".invoices SET total = 120 WHERE id = 1")
+	err := pgadvisory.RunExclusive(ctx, db, lockID, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE "+invoices+" SET total = 120 WHERE id = 1")
 		return err
 	}, pgadvisory.WithFencing())
 	fmt.Println("B writes:", err)
@@ -165,7 +157,7 @@ func ExampleRunFenced() {
 	fmt.Println("A's worker rejected:", errors.Is(err, pgadvisory.ErrStaleToken))
 
 	var rows, total int
-	_ = db.QueryRowContext(ctx, "SELECT count(*), sum(total) FROM "+schema+".invoices").Scan(&rows, &total)
+	_ = db.QueryRowContext(ctx, "SELECT count(*), sum(total) FROM "+invoices).Scan(&rows, &total)
 	fmt.Println("invoices:", rows, "total:", total)
 	// Output:
 	// A's worker writes: <nil>
@@ -307,16 +299,30 @@ func exampleSchemaName(name string) string {
 }
 
 // exampleFencedTable creates the table invoices (id, total) in a private
-// schema, fenced by lockID as in ExampleRunFenced, and returns its qualified
-// name and a func that drops the schema.
+// schema, fenced by lockID as the migration of "lockgen fence -lock … -table
+// <schema>.invoices" fences it (without its checks that lockgen's schema
+// exists and that the table is no partition), and returns its qualified name
+// and a func that drops the schema.
 func exampleFencedTable(ctx context.Context, db *sql.DB, name string, lockID int64) (string, func()) {
 	schema := exampleSchemaName(name)
 	_, err := db.ExecContext(ctx, fmt.Sprintf(`
 		CREATE SCHEMA %[1]s;
 		CREATE TABLE %[1]s.invoices (id int PRIMARY KEY, total int NOT NULL);
-		ALTER TABLE %[1]s.invoices ADD COLUMN fencing_token bigint;
-		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON %[1]s.invoices
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('%[2]d', 'strict')`, schema, lockID))
+		-- The column stamps each row with its writer's token; it is never a token.
+		ALTER TABLE %[1]s.invoices ADD COLUMN fencing_token bigint
+			DEFAULT NULLIF(current_setting('pgadvisory.fencing_token', true), '')::bigint;
+		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE ON %[1]s.invoices FOR EACH ROW
+			WHEN (NEW.fencing_token IS DISTINCT FROM NULLIF(current_setting('pgadvisory.fencing_token', true), '')::bigint)
+			EXECUTE FUNCTION pgadvisory.fence_stamp('%[2]d', 'strict');
+		-- Each write is checked once per statement, on the rows as written.
+		CREATE TRIGGER zz_pgadvisory_fence_insert AFTER INSERT ON %[1]s.invoices REFERENCING NEW TABLE AS fence_new
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement('%[2]d', 'strict');
+		CREATE TRIGGER zz_pgadvisory_fence_update AFTER UPDATE ON %[1]s.invoices REFERENCING OLD TABLE AS fence_old NEW TABLE AS fence_new
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement('%[2]d', 'strict');
+		CREATE TRIGGER zz_pgadvisory_fence_delete AFTER DELETE ON %[1]s.invoices REFERENCING OLD TABLE AS fence_old
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement('%[2]d', 'strict');
+		CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON %[1]s.invoices
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('%[2]d', 'strict')`, schema, lockID))
 	if err != nil {
 		log.Fatal(err)
 	}

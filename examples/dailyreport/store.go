@@ -39,12 +39,10 @@ func newStore(ctx context.Context, admin *sql.DB, day string) (*store, error) {
 			account text PRIMARY KEY,
 			balance bigint NOT NULL)`,
 		`INSERT INTO ` + s.schema + `.balances VALUES ('` + account + `', ` + strconv.Itoa(openingBalance) + `)`,
-		// What "lockgen fence -lock billing.close_day -table <schema>.balances"
-		// generates: from now on every write needs the current token.
-		`ALTER TABLE ` + s.schema + `.balances ADD COLUMN fencing_token bigint`,
-		`CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + s.schema + `.balances
-			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check('` + strconv.FormatInt(BillingCloseDay.ID, 10) + `', 'strict')`,
 	}
+	// What "lockgen fence -lock billing.close_day -table <schema>.balances"
+	// generates: from now on every write needs the current token.
+	stmts = append(stmts, fenceStatements(s.schema+".balances", BillingCloseDay.ID)...)
 	for _, q := range stmts {
 		if _, err := admin.ExecContext(ctx, q); err != nil {
 			_ = s.drop(ctx)
@@ -108,4 +106,27 @@ func (s *store) balance(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("dailyreport: read balance: %w", err)
 	}
 	return b, nil
+}
+
+// fenceStatements are the statements of the migration that lockgen fence
+// writes for table and a plain lock (without its checks that lockgen's
+// schema exists and that the table is no partition): a column that stamps
+// each row with its writer's token, a row trigger that keeps the stamp
+// right, statement triggers that check each write against the published
+// token, and a TRUNCATE guard.
+func fenceStatements(table string, lockID int64) []string {
+	args := "'" + strconv.FormatInt(lockID, 10) + "', 'strict'"
+	check := ` FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement(` + args + `)`
+	return []string{
+		`ALTER TABLE ` + table + ` ADD COLUMN fencing_token bigint
+			DEFAULT NULLIF(current_setting('pgadvisory.fencing_token', true), '')::bigint`,
+		`CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE ON ` + table + ` FOR EACH ROW
+			WHEN (NEW.fencing_token IS DISTINCT FROM NULLIF(current_setting('pgadvisory.fencing_token', true), '')::bigint)
+			EXECUTE FUNCTION pgadvisory.fence_stamp(` + args + `)`,
+		`CREATE TRIGGER zz_pgadvisory_fence_insert AFTER INSERT ON ` + table + ` REFERENCING NEW TABLE AS fence_new` + check,
+		`CREATE TRIGGER zz_pgadvisory_fence_update AFTER UPDATE ON ` + table + ` REFERENCING OLD TABLE AS fence_old NEW TABLE AS fence_new` + check,
+		`CREATE TRIGGER zz_pgadvisory_fence_delete AFTER DELETE ON ` + table + ` REFERENCING OLD TABLE AS fence_old` + check,
+		`CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + table + `
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`,
+	}
 }
