@@ -7,8 +7,8 @@
 // that go-redis never enters lockgen's own go.mod. run.sh runs it and prints
 // the ratios to the bare transaction.
 //
-// Every critical section is empty. Pools have 16 connections (the fenced
-// variants 32: see fencedPoolSize). Rows report rt/op (client/server round
+// Every critical section is empty. Pools have 16 connections (a fenced call
+// needs one, like any other). Rows report rt/op (client/server round
 // trips per op, counted on the wire; for the Redis rows Redis round trips),
 // and the contended rows wins/op (share of ops that got the lock: 1 for
 // distinct keys, well below 1 for one key, where time/op is per attempt).
@@ -35,13 +35,6 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/designsource/pglock"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
-
-// fencedPoolSize is the pool size of the fenced variants. A fenced call
-// holds its lock transaction's connection while it publishes the token on a
-// second connection from the same pool, so 16 goroutines on a pool of 16
-// could all wait for a second connection that never comes; two per
-// goroutine rules that out.
-const fencedPoolSize = 2 * poolSize
 
 // redisTTL is the TTL of the Redis lock.
 const redisTTL = 10 * time.Second
@@ -80,8 +73,6 @@ type fixtures struct {
 	c        *rtCounter
 	db       *sql.DB
 	pool     *pgxpool.Pool
-	fencedDB *sql.DB
-	fencedPl *pgxpool.Pool
 	rdb      *redis.Client
 	redisErr error
 }
@@ -91,8 +82,6 @@ func newFixtures(b *testing.B) *fixtures {
 	f := &fixtures{c: &rtCounter{}}
 	f.db = sqlDB(b, f.c, poolSize)
 	f.pool = pgxPool(b, f.c, poolSize)
-	f.fencedDB = sqlDB(b, f.c, fencedPoolSize)
-	f.fencedPl = pgxPool(b, f.c, fencedPoolSize)
 	f.rdb, f.redisErr = redisClient(b, f.c)
 	if f.redisErr != nil {
 		// Benchmarks print skip reasons only with -test.v: say it once here.
@@ -131,12 +120,12 @@ func (f *fixtures) variants() []variant {
 		}},
 		{name: "fenced_stdlib", loser: pgadvisory.ErrLocked, op: func(key int64) func() error {
 			return func() error {
-				return pgadvisory.RunExclusive(ctx, f.fencedDB, key, emptySQL, pgadvisory.WithFencing())
+				return pgadvisory.RunExclusive(ctx, f.db, key, emptySQL, pgadvisory.WithFencing())
 			}
 		}},
 		{name: "fenced_pgx", loser: pgadvisory.ErrLocked, op: func(key int64) func() error {
 			return func() error {
-				return pgadvisory.RunExclusivePgx(ctx, f.fencedPl, key, emptyPgx, pgadvisory.WithFencing())
+				return pgadvisory.RunExclusivePgx(ctx, f.pool, key, emptyPgx, pgadvisory.WithFencing())
 			}
 		}},
 		{name: "runonce_stdlib", loser: pgadvisory.ErrLocked, op: func(key int64) func() error {
