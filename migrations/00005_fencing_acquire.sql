@@ -72,32 +72,36 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+-- Every step that can be is a plain assignment or condition (PL/pgSQL's
+-- cheap path for simple expressions): this runs in every fenced call.
 DECLARE
-    v_ids      bigint[];
+    v_ids      bigint[] := p_ids;
     v_id       bigint;
     v_token    bigint;
     v_current  bigint;
     v_previous text := pg_catalog.current_setting('lock_timeout');
     v_step     text := 'lock';
+    v_set      text;
 BEGIN
     granted := false;
-    standby := false;
     -- A hand-over is pending only when this call grants one.
-    PERFORM pg_catalog.set_config('pgadvisory.pending', '', false);
-    IF pg_catalog.pg_is_in_recovery() THEN
-        -- A standby's advisory locks exclude nobody on the primary.
-        standby := true;
+    v_set := pg_catalog.set_config('pgadvisory.pending', '', false);
+    -- A standby's advisory locks exclude nobody on the primary.
+    standby := pg_catalog.pg_is_in_recovery();
+    IF standby THEN
         RETURN;
     END IF;
-    SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO v_ids
-    FROM pg_catalog.unnest(p_ids) AS u(id);
+    IF pg_catalog.cardinality(v_ids) IS DISTINCT FROM 1 THEN
+        SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO v_ids
+        FROM pg_catalog.unnest(p_ids) AS u(id);
+    END IF;
     IF v_ids IS NULL OR pg_catalog.array_position(v_ids, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'pgadvisory: fence_acquire needs one or more lock IDs, none NULL (got %)', p_ids
             USING ERRCODE = '22023';
     END IF;
     BEGIN
         IF p_wait AND p_lock_timeout IS NOT NULL THEN
-            PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout, true);
+            v_set := pg_catalog.set_config('lock_timeout', p_lock_timeout, true);
         END IF;
         -- Ascending order: callers waiting for overlapping sets cannot
         -- deadlock each other.
@@ -107,7 +111,7 @@ BEGIN
             ELSIF NOT pg_catalog.pg_try_advisory_lock(v_id) THEN
                 PERFORM pg_catalog.pg_advisory_unlock(l.id)
                 FROM pg_catalog.unnest(v_ids) AS l(id) WHERE l.id < v_id;
-                PERFORM pg_catalog.set_config('lock_timeout', v_previous, true);
+                v_set := pg_catalog.set_config('lock_timeout', v_previous, true);
                 RETURN;
             END IF;
         END LOOP;
@@ -116,7 +120,7 @@ BEGIN
         -- publish it, waiting at most p_publish_timeout for writers still
         -- holding a fence row FOR SHARE with the previous token.
         v_step := 'publish';
-        PERFORM pg_catalog.set_config('lock_timeout', p_publish_timeout, true);
+        v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);
         v_token := pg_catalog.nextval('pgadvisory.fencing_token_seq');
         FOREACH v_id IN ARRAY v_ids LOOP
             INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES (v_id, v_token)
@@ -133,13 +137,13 @@ BEGIN
                                      (SELECT pg_catalog.max(f.token) FROM pgadvisory.fence AS f));
             END IF;
         END LOOP;
-        PERFORM pg_catalog.set_config('lock_timeout', v_previous, true);
+        v_set := pg_catalog.set_config('lock_timeout', v_previous, true);
         -- The COMMIT that follows must be durable before fn may run, whatever
         -- the server, database, role or session says.
         IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
-            PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+            v_set := pg_catalog.set_config('synchronous_commit', 'on', true);
         END IF;
-        PERFORM pg_catalog.set_config('pgadvisory.pending',
+        v_set := pg_catalog.set_config('pgadvisory.pending',
             v_token::text || ':' || pg_catalog.array_to_string(v_ids, ','), false);
         -- Deferred triggers of this transaction fire here, where an error
         -- still unlocks, and not in the COMMIT.
@@ -184,12 +188,14 @@ COMMENT ON FUNCTION pgadvisory.fence_acquire(bigint[], boolean, text, text) IS
 CREATE FUNCTION pgadvisory.fence_handover()
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
+-- Not SECURITY DEFINER, and every name is schema-qualified: no search_path
+-- needed. Plain assignments and conditions only (PL/pgSQL's cheap path).
 DECLARE
     v_pending text := pg_catalog.current_setting('pgadvisory.pending', true);
     v_token   bigint;
     v_id      bigint;
+    v_set     text;
 BEGIN
     IF v_pending IS NULL OR v_pending = '' THEN
         RETURN NULL; -- nothing granted: a loser, or a standby
@@ -203,9 +209,9 @@ BEGIN
                 USING ERRCODE = '55000';
         END IF;
     END LOOP;
-    PERFORM pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);
-    PERFORM pg_catalog.set_config('pgadvisory.granted', 'on', true);
-    PERFORM pg_catalog.set_config('pgadvisory.pending', '', false);
+    v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);
+    v_set := pg_catalog.set_config('pgadvisory.granted', 'on', true);
+    v_set := pg_catalog.set_config('pgadvisory.pending', '', false);
     RETURN v_token;
 END
 $$;

@@ -42,10 +42,9 @@
 --   trigger that changed fencing_token: LF001);
 --   with a token: for each distinct lock of the rows (the new rows, and for
 --   UPDATE and DELETE the old ones: a row that moves to another lock needs
---   both), the token must be the lock's published token
---   (pgadvisory.fence_require_current, which keeps the fence row FOR SHARE
---   to the end of the transaction, so the next holder's publish waits for
---   this write), else LF001. A parameter column that is NULL in a written
+--   both), the token must be the lock's published token, whose fence row it
+--   keeps FOR SHARE to the end of the transaction (so the next holder's
+--   publish waits for this write), else LF001. A parameter column that is NULL in a written
 --   row raises 23502; an old row with a NULL parameter belonged to no lock.
 --
 -- The 00002 functions fence_check and fence_check_param (the row triggers
@@ -62,8 +61,12 @@
 -- missing token, LF003 TRUNCATE of a table fenced by a parameterized lock.
 -- The hint of LF002 says how a write gets a token.
 --
--- Privileges: none on lockgen's tables; the per-lock check runs as its
--- owner (see 00005). The trigger functions are executed by PUBLIC.
+-- Privileges: writers need none on lockgen's tables: fence_check_statement
+-- runs as its owner (SECURITY DEFINER, search_path fixed; it reads only the
+-- statement's transition tables and the fence rows of their locks), and so
+-- does the per-lock check of 00002's functions (see 00005). EXECUTE on the
+-- trigger functions stays granted to PUBLIC (see 00005 for what that
+-- allows).
 --
 -- Written for PostgreSQL 13 and later; every function and relation is
 -- schema-qualified.
@@ -111,16 +114,23 @@ COMMENT ON FUNCTION pgadvisory.fence_stamp() IS
 CREATE FUNCTION pgadvisory.fence_check_statement()
 RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
+-- Runs as its owner, so that it can read the fence rows FOR SHARE (writers
+-- need no privilege on pgadvisory.fence); it reads nothing but the
+-- statement's transition tables and the fence rows of their locks.
 DECLARE
     v_lock   text   := TG_ARGV[0];
     v_policy text   := TG_ARGV[1];
     v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
-    v_cols   text;
-    v_tuples text[][];
-    v_params text[];
-    v_stamp  bigint;
+    v_rows   boolean;
     v_bad    boolean;
+    v_stamp  bigint;
+    v_cur    bigint;
+    v_id     bigint;
+    v_cols   text;
+    v_params text[];
     v_sql    text;
 BEGIN
     IF TG_NARGS < 2 OR v_lock IS NULL OR v_policy IS NULL OR v_policy NOT IN ('strict', 'permissive')
@@ -128,38 +138,44 @@ BEGIN
         RAISE EXCEPTION 'pgadvisory: fence_check_statement on %.% is an AFTER ... FOR EACH STATEMENT trigger with the arguments (lock, ''strict'' or ''permissive'', parameter column, ...)',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
-    -- 1. A statement that wrote no row changed nothing.
+    -- 1. A statement that wrote no row changed nothing. Otherwise the rows
+    --    as written must carry the transaction's token as their stamp (a
+    --    trigger that ran after lockgen's row trigger could change it).
     IF TG_OP = 'DELETE' THEN
-        PERFORM FROM fence_old LIMIT 1;
+        SELECT EXISTS (SELECT FROM fence_old) INTO v_rows;
     ELSE
-        PERFORM FROM fence_new LIMIT 1;
+        SELECT true, n.fencing_token, n.fencing_token IS DISTINCT FROM v_tok INTO v_rows, v_stamp, v_bad
+        FROM fence_new AS n ORDER BY 3 DESC LIMIT 1;
     END IF;
-    IF NOT FOUND THEN
+    IF NOT COALESCE(v_rows, false) THEN
         RETURN NULL;
     END IF;
-    -- 2. No token: strict refuses.
+    -- 2. No token: strict refuses; permissive lets the rows pass, stamped NULL.
     IF v_tok IS NULL AND v_policy = 'strict' THEN
         RAISE EXCEPTION 'pgadvisory: % on %.% carries no fencing token (lock %): take the lock with pgadvisory.WithFencing() (fencing: true in locks.yaml) and write through its transaction, or carry a holder''s token with pgadvisory.RunFenced or SetFencingToken', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
             USING ERRCODE = 'LF002',
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
     END IF;
-    -- 3. The rows as written carry the transaction's token as their stamp.
-    IF TG_OP <> 'DELETE' THEN
-        SELECT n.fencing_token, true INTO v_stamp, v_bad
-        FROM fence_new AS n WHERE n.fencing_token IS DISTINCT FROM v_tok LIMIT 1;
-        IF v_bad THEN
-            RAISE EXCEPTION 'pgadvisory: % on %.% wrote a row stamped % although the write carries token %: a trigger that runs after zz_pgadvisory_fence changed fencing_token (lock %)',
-                TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, COALESCE(v_stamp::text, 'NULL'), COALESCE(v_tok::text, 'none'), v_lock
-                USING ERRCODE = 'LF001';
-        END IF;
+    IF v_bad THEN
+        RAISE EXCEPTION 'pgadvisory: % on %.% wrote a row stamped % although the write carries token %: a trigger that runs after zz_pgadvisory_fence changed fencing_token (lock %)',
+            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, COALESCE(v_stamp::text, 'NULL'), COALESCE(v_tok::text, 'none'), v_lock
+            USING ERRCODE = 'LF001';
     END IF;
-    -- Permissive, no token: the rows pass, stamped NULL.
     IF v_tok IS NULL THEN
         RETURN NULL;
     END IF;
-    -- 4. Once per distinct lock of the rows: the token must be published.
+    -- 3. Once per distinct lock of the rows: the token must be the lock's
+    --    published token, whose fence row stays locked FOR SHARE to the end
+    --    of the transaction (the next holder's publish waits for this write).
     IF TG_NARGS = 2 THEN
-        PERFORM pgadvisory.fence_require_current(v_lock::bigint, v_tok, NULL, NULL);
+        v_id := v_lock::bigint;
+        SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id = v_id FOR SHARE;
+        IF v_cur IS DISTINCT FROM v_tok THEN
+            RAISE EXCEPTION 'pgadvisory: stale fencing token % for lock % (current token %)',
+                v_tok, v_id, COALESCE(v_cur::text, 'none: never published')
+                USING ERRCODE = 'LF001',
+                      HINT = 'Another holder took the lock after this token was issued: stop writing.';
+        END IF;
         RETURN NULL;
     END IF;
     SELECT pg_catalog.string_agg(pg_catalog.format('%I::text', c), ', ') INTO v_cols
@@ -194,7 +210,8 @@ COMMENT ON FUNCTION pgadvisory.fence_check_statement() IS
 'name>, ''strict''|''permissive''[, <parameter column>, ...]). For a statement that wrote rows: '
 'no token raises LF002 (strict) or passes (permissive); a row whose stamp is not the token '
 'raises LF001; each distinct lock of the new and old rows needs the token published '
-'(pgadvisory.fence_require_current), else LF001. A NULL parameter in a new row raises 23502.';
+'(pgadvisory.fence_require_current), else LF001. A NULL parameter in a new row raises 23502. '
+'SECURITY DEFINER: writers need no privilege on pgadvisory.fence.';
 
 -- 00002's row triggers: the token is only the transaction's setting.
 -- +goose StatementBegin
