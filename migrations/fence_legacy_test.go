@@ -14,8 +14,8 @@ import (
 )
 
 // Tables fenced in the first layout (lockgen fence before lockgen's
-// migration 00005: a BEFORE ROW trigger pgadvisory.fence_check) keep their
-// triggers, but 00005 replaces the functions behind them: a write's token
+// migration 00006: a BEFORE ROW trigger pgadvisory.fence_check) keep their
+// triggers, but 00006 replaces the functions behind them: a write's token
 // is only its transaction's setting, never the row's column. The controls
 // run the same writes on a database whose lockgen schema stops at version
 // 3, with 00002's functions, and show what they let through.
@@ -26,7 +26,7 @@ func TestFenceLegacyTokenIsNeverInherited(t *testing.T) {
 }
 
 func TestFenceLegacyTokenInheritedControl(t *testing.T) {
-	db := migrated.UpTo(t, 3) // a database of its own, dropped at the end
+	db := migrated.UpTo(t, 4) // a database of its own, dropped at the end
 	_, err := db.Exec(`CREATE SCHEMA app`)
 	require.NoError(t, err)
 	legacyWrites(t, db, "app", true)
@@ -34,15 +34,15 @@ func TestFenceLegacyTokenInheritedControl(t *testing.T) {
 
 // legacyWrites runs token-less writes against a strict and a permissive
 // table in the first layout: rows stamped by the current holder and by an
-// older one. before00005 is the control: 00002's functions inherit the
+// older one. before00006 is the control: 00002's functions inherit the
 // row's stamp as the token.
-func legacyWrites(t *testing.T, db *sql.DB, schema string, before00005 bool) {
+func legacyWrites(t *testing.T, db *sql.DB, schema string, before00006 bool) {
 	lock := testdb.Key(t)
 	strict := fencing.LegacyTable(t, db, schema, "strict", lock, "strict")
 	permissive := fencing.LegacyTable(t, db, schema, "permissive", lock, "permissive")
 	publish := func() int64 {
-		if before00005 {
-			// Schema version 3 has no fenced acquisition: set the state a
+		if before00006 {
+			// Schema version 4 has no fenced acquisition: set the state a
 			// holder's publish left.
 			tok := fencing.NextToken(t, db)
 			fencing.ForcePublished(t, db, lock, tok)
@@ -66,7 +66,7 @@ func legacyWrites(t *testing.T, db *sql.DB, schema string, before00005 bool) {
 	// Permissive, a token-less UPDATE of a row an older holder stamped.
 	permissiveOld := fencing.Write(db, 0, `UPDATE `+permissive+` SET balance = 0 WHERE id = 1`)
 
-	if before00005 {
+	if before00006 {
 		require.NoError(t, tokenless, "00002: the UPDATE inherits the row's current token and passes strict")
 		require.NoError(t, column, "00002: the column is a token")
 		sqlstate.Require(t, permissiveOld, codeStale, "00002: permissive refuses a token-less UPDATE with LF001")

@@ -13,35 +13,35 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// TestFencingMigrationsUpDownUp: 00004 and 00005 go down to exactly what
-// version 3 had (00002's functions as 00002 created them, nothing of their
+// TestFencingMigrationsUpDownUp: 00005 and 00006 go down to exactly what
+// version 4 had (00002's functions as 00002 created them, nothing of their
 // own left behind) and up again to the same functions.
 func TestFencingMigrationsUpDownUp(t *testing.T) {
 	ctx := context.Background()
-	want3 := fencingFunctions(t, migrated.UpTo(t, 3))
-	require.NotContains(t, want3, "pgadvisory.fence_acquire(bigint[],boolean,text,text)")
+	want4 := fencingFunctions(t, migrated.UpTo(t, 4))
+	require.NotContains(t, want4, "pgadvisory.fence_acquire(bigint[],boolean,text,text)")
 
-	db := migrated.UpTo(t, 5)
-	want5 := fencingFunctions(t, db)
+	db := migrated.UpTo(t, 6)
+	want6 := fencingFunctions(t, db)
 	for _, fn := range []string{"pgadvisory.fence_acquire(bigint[],boolean,text,text)", "pgadvisory.fence_handover()",
 		"pgadvisory.fence_stamp()", "pgadvisory.fence_check_statement()"} {
-		require.Contains(t, want5, fn)
+		require.Contains(t, want6, fn)
 	}
-	require.NotEqual(t, want3["pgadvisory.fence_check()"], want5["pgadvisory.fence_check()"], "00005 replaced it")
-	require.NotEqual(t, want3["pgadvisory.fence_require_current(bigint,bigint,text,text[])"],
-		want5["pgadvisory.fence_require_current(bigint,bigint,text,text[])"], "00004 made it SECURITY DEFINER")
+	require.NotEqual(t, want4["pgadvisory.fence_check()"], want6["pgadvisory.fence_check()"], "00006 replaced it")
+	require.NotEqual(t, want4["pgadvisory.fence_require_current(bigint,bigint,text,text[])"],
+		want6["pgadvisory.fence_require_current(bigint,bigint,text,text[])"], "00005 made it SECURITY DEFINER")
 
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
 		goose.WithTableName(pgadvisory.MigrationTable), goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 	require.NoError(t, err)
-	res, err := p.DownTo(ctx, 3)
+	res, err := p.DownTo(ctx, 4)
 	require.NoError(t, err)
 	require.Len(t, res, 2)
-	require.Equal(t, want3, fencingFunctions(t, db), "Down restores version 3 exactly")
+	require.Equal(t, want4, fencingFunctions(t, db), "Down restores version 4 exactly")
 
 	_, err = p.Up(ctx)
 	require.NoError(t, err)
-	require.Equal(t, want5, fencingFunctions(t, db), "and Up brings back the same")
+	require.Equal(t, want6, fencingFunctions(t, db), "and Up brings back the same")
 }
 
 // fencingFunctions maps each function in schema pgadvisory whose name

@@ -15,7 +15,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
-// Publishing a token against writes in flight (00004_fencing_acquire.sql,
+// Publishing a token against writes in flight (00005_fencing_acquire.sql,
 // pgadvisory.fence_acquire): writers of the current token do not block each
 // other, the next publish waits for them and is ordered after them (or
 // gives up after its publish timeout, leaving no lock behind), and the

@@ -95,5 +95,5 @@ func TestPgBouncerFencingLeakControl(t *testing.T) {
 	})
 	// The next client that gets that server connection holds the key
 	// without having asked for it: an unfenced call is refused meanwhile.
-	require.Equal(t, pgadvisory.ErrLocked, frontdoor.OnDB(admin).RunExclusive(ctx, key, func(frontdoor.Tx) error { return nil }))
+	require.ErrorIs(t, frontdoor.OnDB(admin).RunExclusive(ctx, key, func(frontdoor.Tx) error { return nil }), pgadvisory.ErrLocked)
 }

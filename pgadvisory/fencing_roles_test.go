@@ -22,7 +22,7 @@ import (
 // its owner), writes the fenced table with its token (the per-lock check
 // runs as its owner) and cannot forge or rewind a published token: it can
 // neither write pgadvisory.fence nor lock its rows nor set the sequence.
-// The control is lockgen's schema before 00004: the same role's fenced
+// The control is lockgen's schema before 00005: the same role's fenced
 // write fails for want of a privilege on pgadvisory.fence, and with the
 // privilege 00002 asked writers to have, the role rewinds the token.
 
@@ -86,7 +86,7 @@ func TestFencingApplicationRole(t *testing.T) {
 
 func TestFencingApplicationRoleControl(t *testing.T) {
 	admin := migrated.DB(t)
-	old := migrated.UpTo(t, 3)
+	old := migrated.UpTo(t, 4)
 	role := fencing.AppRole(t, admin, old)
 	_, err := old.Exec(`CREATE SCHEMA app; GRANT USAGE ON SCHEMA app TO ` + role)
 	require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestFencingApplicationRoleControl(t *testing.T) {
 	fencing.ForcePublished(t, old, key, t1)
 	as := fencing.OpenAs(t, old, role)
 
-	// Before 00004 the check reads the fence row FOR SHARE as the writer.
+	// Before 00005 the check reads the fence row FOR SHARE as the writer.
 	err = fencing.Write(as, t1, `INSERT INTO `+tbl+` (id, balance) VALUES (1, 10)`)
 	e := sqlstate.Require(t, err, "42501")
 	require.Contains(t, e.Message, "permission denied for table fence")

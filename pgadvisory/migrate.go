@@ -49,7 +49,16 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     fills, and the view pgadvisory.status that lockgen status reads;
 //   - 00004_run_once_finish: the deferred trigger that sets a run-once
 //     ledger row's finished_at when its transaction commits ([RunOnce]
-//     claims its window before fn runs).
+//     claims its window before fn runs);
+//   - 00005_fencing_acquire: the fenced acquisition that [WithFencing]
+//     runs on the lock's own connection (pgadvisory.fence_acquire takes the
+//     locks at session level and publishes the token durably,
+//     pgadvisory.fence_handover hands the locks to fn's transaction), and
+//     00002's per-lock check made SECURITY DEFINER;
+//   - 00006_fencing_statement_check: the trigger functions of the tables
+//     lockgen fence fences (a row stamp and one check per statement and
+//     lock, on the rows as written), and 00002's trigger functions reading
+//     the token only from the transaction's setting.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and takes no lock. Concurrent callers (every replica at start-up) are

@@ -2,7 +2,7 @@
 // application table with a lock declared in locks.yaml (lockgen fence).
 //
 // The migration uses lockgen's trigger functions (package migrations,
-// 00005_fencing_statement_check.sql). It first checks that they exist
+// 00006_fencing_statement_check.sql). It first checks that they exist
 // ("run pgadvisory.Migrate (or lockgen's migrations) first" otherwise) and
 // that the table is a plain table (partitioned tables, partitions and
 // tables in an inheritance tree are refused: statement triggers do not reach

@@ -61,7 +61,7 @@ func Emit(s *Spec) []byte {
 
 // EmitUpgrade returns the goose migration that moves s's table from the
 // first layout (a migration of lockgen fence before lockgen's migration
-// 00005: the row trigger pgadvisory.fence_check or fence_check_param, the
+// 00006: the row trigger pgadvisory.fence_check or fence_check_param, the
 // TRUNCATE guard and the column) to the current one. Its Down goes back.
 func EmitUpgrade(s *Spec) []byte {
 	e := newEmitter(s)
@@ -203,7 +203,7 @@ func (e *emitter) checks() {
 	p("    IF pg_catalog.to_regprocedure('pgadvisory.fence_stamp()') IS NULL")
 	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_check_statement()') IS NULL")
 	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_truncate_guard()') IS NULL THEN")
-	p("        RAISE EXCEPTION 'lockgen fence: lockgen''s schema (pgadvisory, migration 00005 or later) is missing: run pgadvisory.Migrate (or lockgen''s migrations) first'")
+	p("        RAISE EXCEPTION 'lockgen fence: lockgen''s schema (pgadvisory, migration 00006 or later) is missing: run pgadvisory.Migrate (or lockgen''s migrations) first'")
 	p("            USING ERRCODE = '42883';")
 	p("    END IF;")
 	p("    IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = %s AND c.relkind = 'p') THEN", rel)

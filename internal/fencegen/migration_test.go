@@ -114,17 +114,17 @@ func TestGeneratedMigrationsUpDownUp(t *testing.T) {
 	sqlstate.Require(t, fencing.Write(db, otok, ins(4, "eu-west")), "LF001")
 	require.NoError(t, fencing.Write(db, itok, ins(4, "eu-west")))
 
-	// lockgen's 00005 cannot go down while a table uses its triggers (the
+	// lockgen's 00006 cannot go down while a table uses its triggers (the
 	// failed Down rolls back as a whole).
 	lockgenGoose, err := goose.NewProvider(goose.DialectPostgres, db, migrationsFS(),
 		goose.WithTableName(pgadvisory.MigrationTable), goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 	require.NoError(t, err)
 	_, err = lockgenGoose.DownTo(ctx, 1)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "version:5")
+	require.Contains(t, err.Error(), "version:6")
 	require.Equal(t, "2BP01", sqlstateOf(err), "dependent objects still exist")
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
-	require.NoError(t, fencing.Write(db, itok, ins(5, "eu-west")), "the failed Down changed nothing of 00005")
+	require.NoError(t, fencing.Write(db, itok, ins(5, "eu-west")), "the failed Down changed nothing of 00006")
 }
 
 // TestGeneratedMigrationPermissive: without a token, writes pass, stamped
@@ -172,7 +172,7 @@ func TestGeneratedMigrationNeedsLockgenSchema(t *testing.T) {
 	require.NoError(t, err)
 	_, err = provider(t, db, dir, "app").Up(ctx)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "lockgen fence: lockgen's schema (pgadvisory, migration 00005 or later) is missing: run pgadvisory.Migrate (or lockgen's migrations) first")
+	require.Contains(t, err.Error(), "lockgen fence: lockgen's schema (pgadvisory, migration 00006 or later) is missing: run pgadvisory.Migrate (or lockgen's migrations) first")
 	require.Equal(t, "42883", sqlstateOf(err))
 	var columns int
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_attribute WHERE attrelid = 'app.entries'::regclass AND attname = 'fencing_token'`).Scan(&columns))

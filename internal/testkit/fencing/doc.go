@@ -7,7 +7,7 @@
 // Fenced tables are fenced by the Up of the very migration lockgen fence
 // writes (internal/fencegen), so the tests exercise the generated layout;
 // [LegacyTable] builds the first layout, which tables fenced before
-// lockgen's migration 00005 still have. Tokens are published only the way
+// lockgen's migration 00006 still have. Tokens are published only the way
 // a holder publishes them ([Publish]: a fenced pgadvisory.RunExclusive), so
 // no test carries its own copy of the publish.
 //

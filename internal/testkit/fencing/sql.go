@@ -36,7 +36,7 @@ func Table(t testing.TB, db *sql.DB, schema, name string, lockID int64, policy s
 }
 
 // LegacyTable is [Table] in the first layout, as lockgen fence wrote it
-// before lockgen's migration 00005: a BEFORE INSERT OR UPDATE OR DELETE row
+// before lockgen's migration 00006: a BEFORE INSERT OR UPDATE OR DELETE row
 // trigger pgadvisory.fence_check(lockID, policy) and the TRUNCATE guard.
 func LegacyTable(t testing.TB, db *sql.DB, schema, name string, lockID int64, policy string) string {
 	t.Helper()
@@ -179,7 +179,7 @@ func PublishAhead(t testing.TB, db *sql.DB, lockID int64) int64 {
 
 // ForcePublished overwrites lockID's fence row with token, as an owner of
 // lockgen's schema can: for states no holder can reach, and for databases
-// whose schema predates the fenced acquisition (before migration 00004).
+// whose schema predates the fenced acquisition (before migration 00005).
 func ForcePublished(t testing.TB, db *sql.DB, lockID, token int64) {
 	t.Helper()
 	_, err := db.Exec(`DELETE FROM pgadvisory.fence WHERE lock_id = $1`, lockID)
