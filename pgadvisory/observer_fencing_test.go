@@ -100,7 +100,7 @@ func TestObserverFencingRejections(t *testing.T) {
 
 		t.Run("publish behind a newer token", func(t *testing.T) {
 			ahead := testdb.Key(t)
-			require.True(t, fencing.Publish(t, admin, ahead, fencing.LastToken(t, admin)+1000))
+			fencing.PublishAhead(t, admin, ahead)
 			err := door.RunExclusive(ctx, ahead, func(frontdoor.Tx) error {
 				t.Error("fn was called")
 				return nil
