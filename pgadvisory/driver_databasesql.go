@@ -39,25 +39,20 @@ func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool
 	return res, nil
 }
 
-// beginFenced runs the fenced acquisition: BEGIN, then the whole message
-// (st.message) as one simple-protocol query. It holds the connection itself
-// (a *sql.Conn) so that it can close it when the message fails. Errors of
-// the message's later statements surface from Scan, which closes the rows.
+// beginFenced runs the fenced acquisition: BEGIN, then the acquisition in
+// one round trip. With pgx's stdlib it sends the statements as a pgx batch
+// on the driver's connection, inside the transaction database/sql began
+// (prepared statements, as the pgx front door's); with other drivers it
+// sends st.message, all of it with its arguments inlined, as one
+// simple-protocol query, whose later statements' errors surface from Scan
+// (which closes the rows). It holds the connection itself (a *sql.Conn), so
+// that it can close it when the acquisition fails.
 func (d *databaseSQLTx) beginFenced(ctx context.Context, txc *txContext, st lockStatement) (lockResult, error) {
 	var res lockResult
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return res, err
 	}
-	// pgx's stdlib needs to be told to send a query without parameters as a
-	// simple-protocol message; other drivers (lib/pq) do it unasked.
-	var args []any
-	_ = conn.Raw(func(dc any) error {
-		if _, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
-			args = []any{pgx.QueryExecModeSimpleProtocol}
-		}
-		return nil
-	})
 	stop := txc.link(ctx)
 	tx, err := conn.BeginTx(txc.or(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	stop()
@@ -65,20 +60,52 @@ func (d *databaseSQLTx) beginFenced(ctx context.Context, txc *txContext, st lock
 		_ = conn.Close()
 		return res, err
 	}
-	var token sql.NullInt64
-	if err := tx.QueryRowContext(ctx, st.message, args...).Scan(&res.granted, &res.standby, &token); err != nil {
-		// Session locks may be left on the backend: end it.
-		_ = conn.Raw(func(dc any) error {
-			if c, ok := dc.(driver.Conn); ok {
-				_ = c.Close()
-			}
+	viaPgx := false
+	err = conn.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
 			return nil
+		}
+		viaPgx = true
+		var b pgx.Batch
+		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
+			var token *int64
+			err := row.Scan(&res.granted, &res.standby, &token)
+			if token != nil {
+				res.token = *token
+			}
+			return err
 		})
+		b.Queue(fencedChainSQL)
+		b.Queue(fencedHandover)
+		err := pc.Conn().SendBatch(ctx, &b).Close()
+		if err != nil {
+			// Session locks may be left on the backend: end it.
+			cctx, cancel := cleanupContext(ctx)
+			_ = pc.Conn().Close(cctx)
+			cancel()
+		}
+		return err
+	})
+	if !viaPgx && err == nil {
+		var token sql.NullInt64
+		err = tx.QueryRowContext(ctx, st.message).Scan(&res.granted, &res.standby, &token)
+		res.token = token.Int64
+		if err != nil {
+			// Session locks may be left on the backend: end it.
+			_ = conn.Raw(func(dc any) error {
+				if c, ok := dc.(driver.Conn); ok {
+					_ = c.Close()
+				}
+				return nil
+			})
+		}
+	}
+	if err != nil {
 		_ = tx.Rollback()
 		_ = conn.Close() // the pool finds the driver connection closed and drops it
 		return res, err
 	}
-	res.token = token.Int64
 	d.tx, d.conn = tx, conn
 	return res, nil
 }

@@ -199,8 +199,9 @@ func fencedInvalid(token int64, what string) error {
 // session-level locks into transaction-level ones (never letting go of the
 // key) and sets the transaction's token and pgadvisory.granted. The pgx
 // front door sends BEGIN (and a waiting call's statement_timeout prelude)
-// with it in one batch, and a run-once claim after it, so a fenced call
-// costs the round trips of an unfenced one. Settings that the prelude or
+// with it in one batch, and a run-once claim after it; database/sql sends
+// it in the round trip after BEGIN. A fenced call costs the round trips of
+// an unfenced one. Settings that the prelude or
 // fence_acquire make for their transaction end with COMMIT AND CHAIN: fn's
 // transaction runs under the session's own.
 //
@@ -216,9 +217,10 @@ const (
 
 // fencedStatement is the fenced acquisition of c's locks: the acquire call
 // with its arguments, and the whole message with the arguments inlined (the
-// IDs are integers, the timeouts this package's own "NNNms"), for drivers
-// that send it as one simple-protocol query. A waiting call sets
-// lock_timeout as an unfenced one does (0 for WithWait(0)).
+// IDs are integers, the timeouts this package's own "NNNms"), for
+// database/sql drivers other than pgx's, which send it as one
+// simple-protocol query. A waiting call sets lock_timeout as an unfenced
+// one does (0 for WithWait(0)).
 func (c *config) fencedStatement() lockStatement {
 	var lockTimeout *string
 	lockTimeoutSQL := "NULL"
