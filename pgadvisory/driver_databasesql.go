@@ -43,7 +43,7 @@ func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool
 // one round trip. With pgx's stdlib it sends the statements as a pgx batch
 // on the driver's connection, inside the transaction database/sql began
 // (prepared statements, as the pgx front door's); with other drivers it
-// sends st.message, all of it with its arguments inlined, as one
+// sends fencedMessage(st), all of it with its arguments inlined, as one
 // simple-protocol query, whose later statements' errors surface from Scan
 // (which closes the rows). It holds the connection itself (a *sql.Conn), so
 // that it can close it when the acquisition fails.
@@ -89,7 +89,7 @@ func (d *databaseSQLTx) beginFenced(ctx context.Context, txc *txContext, st lock
 	})
 	if !viaPgx && err == nil {
 		var token sql.NullInt64
-		err = tx.QueryRowContext(ctx, st.message).Scan(&res.granted, &res.standby, &token)
+		err = tx.QueryRowContext(ctx, fencedMessage(st)).Scan(&res.granted, &res.standby, &token)
 		res.token = token.Int64
 		if err != nil {
 			// Session locks may be left on the backend: end it.

@@ -216,29 +216,33 @@ const (
 )
 
 // fencedStatement is the fenced acquisition of c's locks: the acquire call
-// with its arguments, and the whole message with the arguments inlined (the
-// IDs are integers, the timeouts this package's own "NNNms"), for
-// database/sql drivers other than pgx's, which send it as one
-// simple-protocol query. A waiting call sets lock_timeout as an unfenced
-// one does (0 for WithWait(0)).
+// with its arguments. A waiting call sets lock_timeout as an unfenced one
+// does (0 for WithWait(0)).
 func (c *config) fencedStatement() lockStatement {
 	var lockTimeout *string
-	lockTimeoutSQL := "NULL"
 	if c.wait {
 		s := c.lockTimeoutArg()
-		lockTimeout, lockTimeoutSQL = &s, "'"+s+"'"
+		lockTimeout = &s
 	}
-	publish := lockTimeoutSetting(defaultPublishTimeout)
-	ids := arrayLiteral(c.ids)
-	message := "SELECT granted, standby, token FROM pgadvisory.fence_acquire('" + ids + "'::bigint[], " +
-		strconv.FormatBool(c.wait) + ", " + lockTimeoutSQL + ", '" + publish + "');\n" +
-		fencedChainSQL + ";\n" + fencedHandover
 	return lockStatement{
-		sql:     fencedAcquireSQL,
-		args:    []any{ids, c.wait, lockTimeout, publish},
-		fenced:  true,
-		message: message,
+		sql:    fencedAcquireSQL,
+		args:   []any{arrayLiteral(c.ids), c.wait, lockTimeout, lockTimeoutSetting(defaultPublishTimeout)},
+		fenced: true,
 	}
+}
+
+// fencedMessage is the whole fenced acquisition of st (from fencedStatement)
+// with its arguments inlined, for database/sql drivers other than pgx's,
+// which send it as one simple-protocol query: the IDs are integers, the
+// timeouts this package's own "NNNms".
+func fencedMessage(st lockStatement) string {
+	lockTimeout := "NULL"
+	if t := st.args[2].(*string); t != nil {
+		lockTimeout = "'" + *t + "'"
+	}
+	return "SELECT granted, standby, token FROM pgadvisory.fence_acquire('" + st.args[0].(string) + "'::bigint[], " +
+		strconv.FormatBool(st.args[1].(bool)) + ", " + lockTimeout + ", '" + st.args[3].(string) + "');\n" +
+		fencedChainSQL + ";\n" + fencedHandover
 }
 
 // fencedOp is the step a failed fenced acquisition reports: "publish" when

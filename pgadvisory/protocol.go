@@ -51,13 +51,11 @@ type txDriver interface {
 // lockStatement is the lock statement of a transaction-scoped call, bound
 // to its arguments (see config.txLockStatement). A fenced statement is
 // fence_acquire's call, which returns a token column too, followed by the
-// hand-over (see fencing.go); message is all of it with the arguments
-// inlined, for drivers that send it as one simple-protocol query.
+// hand-over (see fencing.go).
 type lockStatement struct {
-	sql     string
-	args    []any
-	fenced  bool
-	message string
+	sql    string
+	args   []any
+	fenced bool
 	// prelude, when not "", runs before sql in the same transaction and
 	// round trip (pipelined drivers only): see statementTimeoutPrelude.
 	prelude string
