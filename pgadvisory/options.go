@@ -1,6 +1,7 @@
 package pgadvisory
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -65,6 +66,11 @@ type config struct {
 	// (WithSessionPooler)
 	checkTimeout  time.Duration
 	sessionPooler bool
+
+	// session locks: runs on the lock's connection once the lock is
+	// granted, before fn (Lead publishes its term there); an error, already
+	// an *Error, ends the call after the lock is released
+	onLocked func(ctx context.Context, q sessionQuerier) error
 
 	// ids as the text of a bigint array, once built (idsArg)
 	idsText string

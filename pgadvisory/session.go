@@ -87,9 +87,15 @@ func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(con
 	return RunSessionPgx(ctx, pool, l.ID, fn, l.named(opts)...)
 }
 
+// sessionQuerier runs one statement on the connection that holds a
+// session lock.
+type sessionQuerier interface {
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+}
+
 // sessionConn is a dedicated connection as the session protocol needs it.
 type sessionConn interface {
-	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	sessionQuerier
 	// simpleQueryRow runs a query without parameters, over the simple
 	// protocol where the driver lets the caller choose (pgx): no prepared
 	// statement that a pooler could give to another client's server
@@ -130,6 +136,14 @@ func runSessionLock(ctx context.Context, c *config, acquire func(context.Context
 	}
 	if err := c.lockSession(ctx, conn, s, start); err != nil {
 		return err
+	}
+	if c.onLocked != nil {
+		if err := c.onLocked(ctx, conn); err != nil {
+			if unreleased := c.releaseSession(ctx, conn); unreleased != nil {
+				return fmt.Errorf("%w (and the release: %w)", err, unreleased)
+			}
+			return err
+		}
 	}
 	acquired := time.Now()
 	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
