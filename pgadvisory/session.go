@@ -53,7 +53,7 @@ func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.C
 	if err != nil {
 		return err
 	}
-	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
+	return runSession(ctx, c, db, func(ctx context.Context) (sessionConn, error) {
 		conn, err := db.Conn(ctx)
 		if err != nil {
 			return nil, err
@@ -68,7 +68,7 @@ func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn fun
 	if err != nil {
 		return err
 	}
-	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
+	return runSession(ctx, c, pool, func(ctx context.Context) (sessionConn, error) {
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			return nil, err
@@ -114,9 +114,16 @@ type sessionConn interface {
 
 // runSession is the session-lock protocol shared by both front doors,
 // between its observers' start and end (observe.go).
-func runSession(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
+func runSession(ctx context.Context, c *config, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
 	c.session = true
-	return c.observed(ctx, CallSession, "", 0, func(ctx context.Context) error { return runSessionLock(ctx, c, acquire, fn) })
+	return c.observed(ctx, CallSession, "", 0, func(ctx context.Context) error {
+		if n := sessionConnsFor(pool); n > 0 {
+			p := sessionPoolFor(pool, n, acquire)
+			defer p.done()
+			return runSessionMux(ctx, c, p, fn)
+		}
+		return runSessionLock(ctx, c, acquire, fn)
+	})
 }
 
 // runSessionLock is the session-lock protocol itself: open (check the

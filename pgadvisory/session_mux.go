@@ -1,0 +1,420 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Session locks of one pool share a few dedicated connections (see
+// SetSessionConns): a sessionPool per *sql.DB or *pgxpool.Pool, found in a
+// package-level registry by the pool's pointer, keeps at most max shared
+// connections, each taken from the pool when the first lock needs it and
+// given back once it holds no lock. Statements on a shared connection are
+// serialized; one watcher per connection checks all of its locks.
+//
+// Advisory locks are re-entrant within a server session, so two calls of
+// this process for one key placed on the same connection would both be
+// granted: the pool's key table (held) makes a key held by a call of this
+// process contended for every other call of this process, before anything
+// is sent.
+
+// defaultSessionConns is the number of shared connections per pool
+// without SetSessionConns.
+const defaultSessionConns = 2
+
+// sessionPools is the registry of pools with session locks in use, and
+// sessionConnsSet the pools' sizes set by SetSessionConns.
+var (
+	sessionPoolsMu  sync.Mutex
+	sessionPools    = map[any]*sessionPool{}
+	sessionConnsSet = map[any]int{}
+)
+
+// sessionConnsFor is the number of shared connections of pool (0:
+// a dedicated connection per call).
+func sessionConnsFor(pool any) int {
+	sessionPoolsMu.Lock()
+	defer sessionPoolsMu.Unlock()
+	if n, ok := sessionConnsSet[pool]; ok {
+		return n
+	}
+	return defaultSessionConns
+}
+
+// setSessionConns records n for pool.
+func setSessionConns(pool any, n int) {
+	sessionPoolsMu.Lock()
+	defer sessionPoolsMu.Unlock()
+	if n == defaultSessionConns {
+		delete(sessionConnsSet, pool)
+	} else {
+		sessionConnsSet[pool] = n
+	}
+	if p := sessionPools[pool]; p != nil {
+		p.mu.Lock()
+		p.max = n
+		p.mu.Unlock()
+	}
+}
+
+// sessionPoolFor is pool's sessionPool, registered for one more user (the
+// caller ends with p.done).
+func sessionPoolFor(pool any, max int, open func(context.Context) (sessionConn, error)) *sessionPool {
+	sessionPoolsMu.Lock()
+	defer sessionPoolsMu.Unlock()
+	p := sessionPools[pool]
+	if p == nil {
+		p = &sessionPool{key: pool, max: max, open: open, held: map[int64]*keyHold{}}
+		sessionPools[pool] = p
+	}
+	p.users++
+	return p
+}
+
+// done ends a user of p; the last one unregisters it.
+func (p *sessionPool) done() {
+	sessionPoolsMu.Lock()
+	defer sessionPoolsMu.Unlock()
+	p.users--
+	if p.users == 0 {
+		delete(sessionPools, p.key)
+	}
+}
+
+// sessionPool is the shared connections and the key table of one pool.
+type sessionPool struct {
+	key   any
+	open  func(context.Context) (sessionConn, error)
+	users int // calls using p; under sessionPoolsMu
+
+	mu    sync.Mutex
+	max   int
+	conns []*sharedConn
+	held  map[int64]*keyHold
+}
+
+// keyHold counts the calls of this process that hold or are taking a key.
+type keyHold struct{ exclusive, shared int }
+
+// reserve takes c's keys in the table if no other call of this process
+// holds one of them in a conflicting mode (exclusive against anything,
+// shared against exclusive): all of them or none. Under p.mu.
+func (p *sessionPool) reserve(c *config) bool {
+	for _, id := range c.ids {
+		if h := p.held[id]; h != nil && (h.exclusive > 0 || (!c.shared && h.shared > 0)) {
+			return false
+		}
+	}
+	p.register(c)
+	return true
+}
+
+// register counts c's keys in the table whatever it holds: the server
+// granted them. Under p.mu.
+func (p *sessionPool) register(c *config) {
+	for _, id := range c.ids {
+		h := p.held[id]
+		if h == nil {
+			h = &keyHold{}
+			p.held[id] = h
+		}
+		if c.shared {
+			h.shared++
+		} else {
+			h.exclusive++
+		}
+	}
+}
+
+// unregister gives c's keys up. Under p.mu.
+func (p *sessionPool) unregister(c *config) {
+	for _, id := range c.ids {
+		h := p.held[id]
+		if h == nil {
+			continue
+		}
+		if c.shared {
+			h.shared--
+		} else {
+			h.exclusive--
+		}
+		if h.exclusive <= 0 && h.shared <= 0 {
+			delete(p.held, id)
+		}
+	}
+}
+
+// place picks the shared connection for one more lock, opening one while
+// there are fewer than max (least-loaded otherwise), and waits until it
+// is open. The caller ends with sc.leave.
+func (p *sessionPool) place(ctx context.Context, c *config) (*sharedConn, error) {
+	for {
+		p.mu.Lock()
+		var sc *sharedConn
+		if len(p.conns) < max(p.max, 1) {
+			sc = newSharedConn(p)
+			sc.opener = c
+			p.conns = append(p.conns, sc)
+			go sc.openConn(ctx, c)
+		} else {
+			for _, o := range p.conns {
+				if sc == nil || o.users < sc.users {
+					sc = o
+				}
+			}
+		}
+		sc.users++
+		p.mu.Unlock()
+		select {
+		case <-sc.ready:
+		case <-ctx.Done():
+			sc.leave()
+			return nil, c.failure(ctx, "begin", ctx.Err())
+		}
+		if sc.openErr == nil {
+			return sc, nil
+		}
+		sc.leave()
+		if sc.opener == c {
+			return nil, sc.openErr(ctx, c)
+		}
+		// Another call's open failed: try again with one of our own.
+	}
+}
+
+// sharedConn is one shared connection of a session pool.
+type sharedConn struct {
+	p    *sessionPool
+	conn sessionConn
+	// sem serializes the statements on the connection.
+	sem chan struct{}
+	// ready is closed once the connection is open and checked (or failed
+	// to open: openErr).
+	ready   chan struct{}
+	opener  *config
+	openErr func(ctx context.Context, c *config) error
+
+	// What the check when it was opened found (see openSession).
+	pid     int32
+	pooled  error // a pooler in transaction or session mode, else nil
+	standby bool
+
+	// Under p.mu.
+	users int                   // calls placed on it, holding a lock or taking one
+	locks map[*muxLock]struct{} // the granted locks it holds
+	dead  bool
+	// broken: lost after it was given up (a last check failed); leave
+	// closes it instead of giving it back.
+	broken bool
+	rearm  chan struct{} // a lock that wants a shorter check interval
+
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func newSharedConn(p *sessionPool) *sharedConn {
+	return &sharedConn{p: p, sem: make(chan struct{}, 1), ready: make(chan struct{}),
+		locks: map[*muxLock]struct{}{}, stop: make(chan struct{}), stopped: make(chan struct{}), rearm: make(chan struct{}, 1)}
+}
+
+// muxLock is one call's lock set on a shared connection.
+type muxLock struct {
+	c      *config
+	cancel context.CancelCauseFunc
+	lost   error // under p.mu: the connection's loss, which canceled the work
+}
+
+// openConn takes a connection from the pool and checks it as openSession
+// does (the backend pid against the announced one, a pooler's mode, a
+// standby), once for every lock it will carry; each call then applies its
+// own options to what was found (see admit). It runs apart from the call
+// that asked for it, bounded by that call's check timeout and not by its
+// ctx, as other calls may be waiting for it too.
+func (sc *sharedConn) openConn(ctx context.Context, c *config) {
+	defer close(sc.ready)
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
+	defer cancel()
+	fail := func(f func(ctx context.Context, c *config) error) {
+		sc.openErr = f
+		sc.p.mu.Lock()
+		sc.dead = true
+		sc.p.remove(sc)
+		sc.p.mu.Unlock()
+		close(sc.stopped)
+	}
+	conn, err := sc.p.open(octx)
+	if err != nil {
+		fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
+		return
+	}
+	announced, known := conn.announcedPID()
+	if !known {
+		announced = 0
+	}
+	var unlifted sql.NullString
+	if err := conn.simpleQueryRow(octx, sessionProbeSQL(announced, false), &sc.pid, &sc.standby, &unlifted); err != nil {
+		conn.discard()
+		fail(func(ctx context.Context, c *config) error { return c.sessionFailure(ctx, "begin", err) })
+		return
+	}
+	if known && announced != uint32(sc.pid) {
+		seen := fmt.Errorf("server pid %d, announced pid %d", sc.pid, announced)
+		if err := conn.simpleExec(octx, "BEGIN"); err != nil {
+			conn.discard()
+			if classify(err) == ErrStatementPooler {
+				fail(func(ctx context.Context, c *config) error {
+					return c.refusal(ctx, "begin", ErrStatementPooler, fmt.Errorf("%w; the pooler refused BEGIN: %w", seen, err))
+				})
+				return
+			}
+			fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
+			return
+		}
+		if err := conn.simpleExec(octx, "ROLLBACK"); err != nil {
+			conn.discard()
+			fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
+			return
+		}
+		sc.pooled = fmt.Errorf("%w: a pooler in transaction or session mode, "+
+			"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", seen)
+	}
+	sc.conn = conn
+	go sc.watch()
+}
+
+// admit applies c's options to what the connection's check found: a
+// standby and an undeclared pooler are refused.
+func (sc *sharedConn) admit(ctx context.Context, c *config) error {
+	if sc.pooled != nil && !c.sessionPooler {
+		return c.refusal(ctx, "begin", ErrTransactionPooler, sc.pooled)
+	}
+	if sc.standby {
+		return c.refusal(ctx, "begin", ErrStandby, nil)
+	}
+	return nil
+}
+
+// remove takes sc out of p's connections. Under p.mu.
+func (p *sessionPool) remove(sc *sharedConn) {
+	if i := slices.Index(p.conns, sc); i >= 0 {
+		p.conns = slices.Delete(p.conns, i, i+1)
+	}
+}
+
+// leave ends a call placed on sc; the last one gives the connection back
+// to the pool, once no lock is left on it.
+func (sc *sharedConn) leave() {
+	p := sc.p
+	p.mu.Lock()
+	sc.users--
+	last := sc.users == 0 && !sc.dead && sc.conn != nil
+	if last {
+		sc.dead = true // no call can be placed on it any more
+		p.remove(sc)
+	}
+	p.mu.Unlock()
+	if last {
+		close(sc.stop)
+		<-sc.stopped
+		p.mu.Lock()
+		broken := sc.broken
+		p.mu.Unlock()
+		if broken {
+			sc.conn.discard()
+		} else {
+			sc.conn.release()
+		}
+	}
+}
+
+// acquireSem waits for the connection's turn, or ctx.
+func (sc *sharedConn) acquireSem(ctx context.Context) error {
+	select {
+	case sc.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (sc *sharedConn) releaseSem() { <-sc.sem }
+
+// run runs one statement on the connection, holding its turn: bounded by
+// timeout and not by ctx, because a statement interrupted by a canceled
+// context closes the connection (pgx, database/sql) and every lock on it.
+// An error that is not the server's answer to a statement on a live
+// connection makes the connection lost (see fail).
+func (sc *sharedConn) run(ctx context.Context, timeout time.Duration, query string, args []any, dest ...any) error {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	err := sc.conn.queryRow(qctx, query, args, dest...)
+	if err != nil && !serverAnswered(err, qctx) {
+		if qctx.Err() != nil {
+			err = fmt.Errorf("the statement did not answer within %v (WithCheckTimeout), "+
+				"as on a half-open link; the connection was closed: %w", timeout, err)
+		}
+		sc.fail(err)
+	}
+	return err
+}
+
+// serverAnswered reports an error the server sent on a connection that is
+// still usable: a statement's failure, which in autocommit changes
+// nothing else on the session.
+func serverAnswered(err error, qctx context.Context) bool {
+	if qctx.Err() != nil || SQLState(err) == "" {
+		return false
+	}
+	switch classify(err) {
+	case ErrConnLost, ErrConnect:
+		return false
+	}
+	return true
+}
+
+// fail closes the connection after err and cancels the work of every lock
+// on it with an *Error of kind ErrLockLost. The caller holds the
+// connection's turn (sem), so no statement is running on it.
+func (sc *sharedConn) fail(err error) {
+	p := sc.p
+	p.mu.Lock()
+	wasDead := sc.dead
+	sc.dead, sc.broken = true, true
+	p.remove(sc)
+	locks := make([]*muxLock, 0, len(sc.locks))
+	for l := range sc.locks {
+		locks = append(locks, l)
+	}
+	clear(sc.locks)
+	if kind := classify(err); kind != nil && kind != ErrConnLost {
+		err = fmt.Errorf("%w: %w", kind, err)
+	}
+	for _, l := range locks {
+		l.lost = err
+	}
+	p.mu.Unlock()
+	if !wasDead {
+		sc.conn.discard()
+	} // else leave discards it once the watcher has stopped
+	for _, l := range locks {
+		cause := &Error{Op: "watch", LockIDs: l.c.ids, Name: l.c.name, SQLState: SQLState(err), Kind: ErrLockLost, Err: err}
+		l.c.emit(Event{Kind: EventError, Err: cause})
+		l.cancel(cause)
+	}
+}
+
+// isDead reports whether the connection was lost or given back.
+func (sc *sharedConn) isDead() bool {
+	sc.p.mu.Lock()
+	defer sc.p.mu.Unlock()
+	return sc.dead
+}
+
+// errConnGone is the cause of a statement not sent because its shared
+// connection was lost meanwhile.
+var errConnGone = errors.New("the shared session connection was lost")
