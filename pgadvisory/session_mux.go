@@ -232,13 +232,12 @@ type muxLock struct {
 // openConn takes a connection from the pool and checks it as openSession
 // does (the backend pid against the announced one, a pooler's mode, a
 // standby), once for every lock it will carry; each call then applies its
-// own options to what was found (see admit). It runs apart from the call
-// that asked for it, bounded by that call's check timeout and not by its
-// ctx, as other calls may be waiting for it too.
-func (sc *sharedConn) openConn(ctx context.Context, c *config) {
+// own options to what was found (see admit). It runs under the ctx of
+// the call that asked for it (opener), as a dedicated connection's
+// acquisition does; other calls waiting for it open another if that ctx
+// ends first (see place).
+func (sc *sharedConn) openConn(octx context.Context, c *config) {
 	defer close(sc.ready)
-	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
-	defer cancel()
 	fail := func(f func(ctx context.Context, c *config) error) {
 		sc.openErr = f
 		sc.p.mu.Lock()
@@ -283,7 +282,19 @@ func (sc *sharedConn) openConn(ctx context.Context, c *config) {
 		sc.pooled = fmt.Errorf("%w: a pooler in transaction or session mode, "+
 			"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", seen)
 	}
+	sc.p.mu.Lock()
 	sc.conn = conn
+	abandoned := sc.users == 0 // every call placed on it gave up meanwhile
+	if abandoned {
+		sc.dead = true
+		sc.p.remove(sc)
+	}
+	sc.p.mu.Unlock()
+	if abandoned {
+		close(sc.stopped)
+		conn.release()
+		return
+	}
 	go sc.watch()
 }
 

@@ -1,0 +1,251 @@
+package pgadvisory_test
+
+// Benchmarks of session locks on shared connections against their
+// baselines, in the same run (SUITE=session .ci/bench):
+//
+//	Session/<door>/multiplexed      <= 1.2 x Session/<door>/dedicated
+//	SessionHandoff/pgx/lockgen      <= 1.5 x SessionHandoff/pgx/raw
+//
+// Session: one acquire+release of a session lock with an empty fn, on a
+// pool whose session locks share connections (the default) and on one
+// where every call has its own (SetSessionConns 0, the behaviour before
+// sharing). multiplexed: the only lock of its pool, so each call takes the
+// shared connection from the pool and gives it back; multiplexed_busy:
+// two other locks of the pool are held throughout, so both shared
+// connections stay open (the case of many locks).
+//
+// SessionHandoff: a holder's graceful release until the fn of a call
+// waiting for the lock (WithWait) starts, against a bare
+// pg_advisory_unlock on one raw connection until a pg_advisory_lock
+// waiting on another returns.
+//
+// SessionMemory: the heap and stack that 1,000 held session locks take,
+// per lock (B/lock), measured as the difference from before they were
+// taken (the fn goroutines are counted: every call has one).
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+func BenchmarkSession(b *testing.B) {
+	ctx := context.Background()
+	empty := func(context.Context) error { return nil }
+	pgxCase := func(name string, conns int, busy bool) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			c := wirecount.New()
+			pool := benchPool(b, c)
+			if err := pgadvisory.SetSessionConnsPgx(pool, conns); err != nil {
+				b.Fatal(err)
+			}
+			if busy {
+				for i := range int64(2) {
+					benchHoldSession(b, func(fn func(context.Context) error) error {
+						return pgadvisory.RunSessionPgx(ctx, pool, testdb.Key(b)+(i+1)<<40, fn)
+					})
+				}
+			}
+			key := testdb.Key(b)
+			idle := func() bool { return pool.Stat().AcquiredConns() == map[bool]int32{true: 2, false: 0}[busy] }
+			benchOp(b, c, backToBack, nil, idle, func() error { return pgadvisory.RunSessionPgx(ctx, pool, key, empty) })
+		}}
+	}
+	sqlCase := func(name string, conns int, busy bool) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			c := wirecount.New()
+			db := benchDB(b, c)
+			if err := pgadvisory.SetSessionConns(db, conns); err != nil {
+				b.Fatal(err)
+			}
+			if busy {
+				for i := range int64(2) {
+					benchHoldSession(b, func(fn func(context.Context) error) error {
+						return pgadvisory.RunSession(ctx, db, testdb.Key(b)+(i+1)<<40, fn)
+					})
+				}
+			}
+			key := testdb.Key(b)
+			idle := func() bool { return db.Stats().InUse == map[bool]int{true: 2, false: 0}[busy] }
+			benchOp(b, c, backToBack, nil, idle, func() error { return pgadvisory.RunSession(ctx, db, key, empty) })
+		}}
+	}
+	b.Run("pgx", func(b *testing.B) {
+		runCases(b, pgxCase("dedicated", 0, false), pgxCase("multiplexed", 2, false), pgxCase("multiplexed_busy", 2, true))
+	})
+	b.Run("stdlib", func(b *testing.B) {
+		runCases(b, sqlCase("dedicated", 0, false), sqlCase("multiplexed", 2, false), sqlCase("multiplexed_busy", 2, true))
+	})
+}
+
+// benchHoldSession runs a session call through run that holds its lock
+// until b ends.
+func benchHoldSession(b *testing.B, run func(fn func(context.Context) error) error) {
+	b.Helper()
+	in, out, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- run(func(context.Context) error { close(in); <-out; return nil })
+	}()
+	select {
+	case <-in:
+	case err := <-done:
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		close(out)
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+}
+
+func BenchmarkSessionHandoff(b *testing.B) {
+	ctx := context.Background()
+	b.Run("pgx", func(b *testing.B) {
+		runCases(b,
+			benchCase{"raw", func(b *testing.B) {
+				pool := benchPool(b, wirecount.New())
+				holder, err := pool.Acquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer holder.Release()
+				waiter, err := pool.Acquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer waiter.Release()
+				var waiterPID int64
+				if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
+					b.Fatal(err)
+				}
+				key := testdb.Key(b)
+				b.StopTimer()
+				for range b.N {
+					if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+						b.Fatal(err)
+					}
+					granted := make(chan error, 1)
+					go func() {
+						_, err := waiter.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
+						granted <- err
+					}()
+					awaitWaiting(b, pool, key, 1)
+					b.StartTimer()
+					if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+						b.Fatal(err)
+					}
+					if err := <-granted; err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					if _, err := waiter.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}},
+			benchCase{"lockgen", func(b *testing.B) {
+				pool := benchPool(b, wirecount.New())
+				key := testdb.Key(b)
+				b.StopTimer()
+				for range b.N {
+					in, out, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+					go func() {
+						held <- pgadvisory.RunSessionPgx(ctx, pool, key, func(context.Context) error { close(in); <-out; return nil })
+					}()
+					<-in
+					started, waited := make(chan struct{}), make(chan error, 1)
+					go func() {
+						waited <- pgadvisory.RunSessionPgx(ctx, pool, key, func(context.Context) error { close(started); return nil }, pgadvisory.WithWait(0))
+					}()
+					awaitWaiting(b, pool, key, 1)
+					b.StartTimer()
+					close(out) // the holder's fn returns: a graceful release
+					<-started
+					b.StopTimer()
+					if err := <-held; err != nil {
+						b.Fatal(err)
+					}
+					if err := <-waited; err != nil {
+						b.Fatal(err)
+					}
+				}
+			}},
+		)
+	})
+}
+
+// awaitWaiting polls until n backends wait for key.
+func awaitWaiting(b *testing.B, pool *pgxpool.Pool, key int64, n int) {
+	b.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Microsecond) {
+		var waiting int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory'
+  AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&waiting)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the waiter never waited")
+		}
+	}
+}
+
+func BenchmarkSessionMemory(b *testing.B) {
+	const locks = 1000
+	ctx := context.Background()
+	run := func(b *testing.B, hold func(key int64, fn func(context.Context) error) error) {
+		base := testdb.Key(b) << 12
+		var heap, stack float64
+		for b.Loop() {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			var inside sync.WaitGroup
+			inside.Add(locks)
+			release := make(chan struct{})
+			errs := make(chan error, locks)
+			for i := range locks {
+				go func() {
+					errs <- hold(base+int64(i), func(context.Context) error { inside.Done(); <-release; return nil })
+				}()
+			}
+			inside.Wait()
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			heap = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / locks
+			stack = float64(int64(after.StackInuse)-int64(before.StackInuse)) / locks
+			close(release)
+			for range locks {
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(heap, "heap-B/lock")
+		b.ReportMetric(stack, "stack-B/lock")
+	}
+	b.Run("pgx", func(b *testing.B) {
+		pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 4 })
+		run(b, func(key int64, fn func(context.Context) error) error {
+			return pgadvisory.RunSessionPgx(ctx, pool, key, fn)
+		})
+	})
+	b.Run("stdlib", func(b *testing.B) {
+		db := testdb.DB(b)
+		run(b, func(key int64, fn func(context.Context) error) error {
+			return pgadvisory.RunSession(ctx, db, key, fn)
+		})
+	})
+}
