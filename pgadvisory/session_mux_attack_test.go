@@ -230,3 +230,25 @@ func TestSessionSharedCancelWhileWaiting(t *testing.T) {
 		frontdoor.RequireIdle(t, door)
 	})
 }
+
+// TestSessionSharedOpenGivenUp: the pool is exhausted, so the shared
+// connection cannot be opened; the call's ctx ends first. The call
+// returns the ctx's error, and once a connection is free the pool's
+// session locks work again and leave nothing checked out.
+func TestSessionSharedOpenGivenUp(t *testing.T) {
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(1))
+		release := door.Checkout(t)
+		key := testdb.Key(t)
+		ctx, cancel := context.WithTimeout(testdb.Context(t), 100*time.Millisecond)
+		defer cancel()
+		err := door.RunSession(ctx, key, func(context.Context) error { t.Error("fn ran"); return nil })
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var pe *pgadvisory.Error
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, "begin", pe.Op)
+		release()
+		require.NoError(t, door.RunSession(testdb.Context(t), key, func(context.Context) error { return nil }))
+		frontdoor.RequireIdle(t, door)
+	})
+}
