@@ -17,9 +17,13 @@
 // carry the same methods.
 //
 //   - [RunExclusive]: fn runs in the transaction that holds the lock.
-//   - [RunSession]: a session-level lock on a dedicated connection, for work
-//     that spans many transactions. The work's context is canceled with
-//     [ErrLockLost] when the connection dies or the lock vanishes, the
+//   - [RunSession]: a session-level lock, for work that spans many
+//     transactions. The session locks of a pool share a few server
+//     connections (2 by default, [SetSessionConns]; a waiting call waits on
+//     a connection of its own, and a key held by another call of this
+//     process is contended). The work's context is canceled with
+//     [ErrLockLost] when the connection dies or the lock vanishes (a dying
+//     shared connection cancels every lock on it), the
 //     release verifies that every lock was still held (else ErrLockLost), and
 //     a transaction-pooling proxy such as PgBouncer is refused
 //     ([ErrTransactionPooler]; in statement mode [ErrStatementPooler]),
@@ -84,6 +88,9 @@
 //   - [WithCheckInterval], [WithCheckTimeout]: how often a session lock
 //     checks its connection and lock, and how long one check may take.
 //   - [WithSessionPooler]: session locks through a pooler in session mode.
+//   - [SetSessionConns], [SetSessionConnsPgx] (per pool, not per call): how
+//     many server connections a pool's session locks share; 0 for a
+//     connection per call.
 //   - [WithFencing]: a fencing token for the call (see Fencing); not with
 //     WithShared or a read-only transaction.
 //   - [WithHolder]: the holder recorded in the run-once ledger.

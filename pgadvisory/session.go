@@ -13,25 +13,46 @@ import (
 // RunSession runs fn while holding the session-level advisory lock lockID,
 // for work that spans many transactions (leader election, long batch jobs).
 //
-// It takes one connection from db for the whole call and locks with
-// pg_try_advisory_lock (or waits, see [WithWait]). fn gets a context that is
-// canceled, with a cause wrapping [ErrLockLost], as soon as a periodic check
-// (see [WithCheckInterval] and [WithCheckTimeout]) finds that connection dead
-// or the lock gone. The lock is released when fn returns, and the release
-// verifies what it releases: if the unlock finds fewer locks than were
-// taken, or the connection is dead or does not answer, the call returns an
-// error of kind ErrLockLost (Op "release"), whatever fn returned, because
-// fn may have run without the lock, and the connection is closed, which
-// releases anything left on the server. Locks of a set ([WithLocks]) are
-// taken whole or not at all, in ascending order, in one statement whatever
-// the size of the set, and released in one statement before the call
-// returns.
+// The session locks of one pool share a few server connections (at most
+// 2 by default, see [SetSessionConns]): a call's locks are taken with
+// pg_try_advisory_lock on the least-loaded shared connection, which is
+// taken from db when the first lock needs it and given back as soon as it
+// holds no lock; statements on a shared connection run one at a time.
+// Advisory locks are re-entrant within a server session, so a key held by
+// another call of this process counts as held elsewhere (ErrLocked, or a
+// wait with [WithWait]) before anything is sent, whatever connection the
+// two calls would use; so do overlapping sets, and shared against
+// exclusive ([WithShared]). A call whose locks are contended and that
+// waits ([WithWait]) waits in the server's queue on a connection of its
+// own, which joins the shared ones once the locks are granted, so a wait
+// never blocks the locks that share a connection; while it waits it uses
+// one more connection of db. With SetSessionConns(db, 0) every call takes
+// a connection of its own instead.
+//
+// fn gets a context that is canceled, with a cause wrapping
+// [ErrLockLost], as soon as a periodic check (see [WithCheckInterval] and
+// [WithCheckTimeout]) finds the lock's connection dead or the lock gone.
+// One query per shared connection checks all of its locks, at the
+// smallest interval, bounded by the smallest check timeout, among them. A
+// shared connection that dies, does not answer a check in time, or
+// misses one of its locks is closed, and the contexts of every lock on it
+// (and only those) are canceled. The lock is released when fn returns (or
+// panics), and the release verifies what it releases: if the unlock finds
+// fewer locks than were taken, or the connection is dead or does not
+// answer, the call returns an error of kind ErrLockLost (Op "release"),
+// whatever fn returned, because fn may have run without the lock, and the
+// connection is closed, which releases anything left on the server (and
+// ends the other locks on it, which that backend may have lost too).
+// Locks of a set ([WithLocks]) are taken whole or not at all, in
+// ascending order, in one statement whatever the size of the set, and
+// released in one statement before the call returns.
 //
 // Session locks must not go through a pooler that hands the server
 // connection to other clients: PgBouncer in pool_mode=transaction or
 // statement would pass the lock on with it. RunSession compares the backend
 // pid the server reports with the one announced when the connection was
-// opened (a pooler announces one of its own), in a first statement sent
+// opened (a pooler announces one of its own; a shared connection is
+// checked once, when it is opened), in a first statement sent
 // over the simple protocol, so that the check comes first whatever pgx's
 // query exec mode. A pooler is then told apart by a transaction it is asked
 // to open: statement mode refuses it, and the call returns
