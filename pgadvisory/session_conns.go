@@ -15,7 +15,8 @@ import (
 // least-loaded first. n = 0 gives every call a connection of its own, as
 // before connections were shared. A negative n is refused with
 // [ErrInvalidArgument]. The setting applies to calls that start after it;
-// locks already held stay where they are.
+// locks already held stay where they are. It does not keep db alive: it
+// is forgotten once db is garbage-collected.
 //
 // A waiting call ([WithWait]) whose locks are contended waits on a
 // connection of its own, which joins the shared ones once granted: while

@@ -5,9 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
+	"weak"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Session locks of one pool share a few dedicated connections (see
@@ -35,12 +39,26 @@ var (
 	sessionConnsSet = map[any]int{}
 )
 
+// settingKey is the key of pool's SetSessionConns setting: a weak
+// pointer, so that the setting does not keep a closed pool alive (a
+// cleanup deletes it once the pool is collected).
+func settingKey(pool any) any {
+	switch p := pool.(type) {
+	case *sql.DB:
+		return weak.Make(p)
+	case *pgxpool.Pool:
+		return weak.Make(p)
+	}
+	return pool
+}
+
 // sessionConnsFor is the number of shared connections of pool (0:
 // a dedicated connection per call).
 func sessionConnsFor(pool any) int {
+	key := settingKey(pool)
 	sessionPoolsMu.Lock()
 	defer sessionPoolsMu.Unlock()
-	if n, ok := sessionConnsSet[pool]; ok {
+	if n, ok := sessionConnsSet[key]; ok {
 		return n
 	}
 	return defaultSessionConns
@@ -48,17 +66,38 @@ func sessionConnsFor(pool any) int {
 
 // setSessionConns records n for pool.
 func setSessionConns(pool any, n int) {
+	key := settingKey(pool)
 	sessionPoolsMu.Lock()
 	defer sessionPoolsMu.Unlock()
+	_, known := sessionConnsSet[key]
 	if n == defaultSessionConns {
-		delete(sessionConnsSet, pool)
+		delete(sessionConnsSet, key)
 	} else {
-		sessionConnsSet[pool] = n
+		sessionConnsSet[key] = n
+		if !known {
+			forgetWhenCollected(pool, key)
+		}
 	}
 	if p := sessionPools[pool]; p != nil {
 		p.mu.Lock()
 		p.max = n
 		p.mu.Unlock()
+	}
+}
+
+// forgetWhenCollected deletes the setting under key once pool is
+// garbage-collected.
+func forgetWhenCollected(pool, key any) {
+	forget := func(key any) {
+		sessionPoolsMu.Lock()
+		defer sessionPoolsMu.Unlock()
+		delete(sessionConnsSet, key)
+	}
+	switch p := pool.(type) {
+	case *sql.DB:
+		runtime.AddCleanup(p, forget, key)
+	case *pgxpool.Pool:
+		runtime.AddCleanup(p, forget, key)
 	}
 }
 
