@@ -179,7 +179,9 @@ func WithObserver(observe func(Event)) Option {
 // A lock lost in a way the server reports (its backend terminated, the
 // connection closed or reset) cancels the work's context within about one
 // interval; a link that goes silent (half-open) within about one interval
-// plus the check timeout ([WithCheckTimeout]). The default is 1s.
+// plus the check timeout ([WithCheckTimeout]). The default is 1s. Locks
+// that share a connection ([SetSessionConns]) are checked together, in one
+// query, at the smallest interval among them.
 func WithCheckInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optCheckInterval)
@@ -200,7 +202,10 @@ func WithCheckInterval(d time.Duration) Option {
 // is independent of the interval and generous by default: 5s. Lower it to
 // notice a half-open link sooner, at the risk of dropping a healthy lock
 // when a check takes longer than d. With the defaults, a silent link
-// cancels the work within about 6s (interval plus check timeout).
+// cancels the work within about 6s (interval plus check timeout). Locks
+// that share a connection ([SetSessionConns]) are checked together, bounded
+// by the smallest check timeout among them, and a check that does not
+// answer in time ends all of them.
 func WithCheckTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optCheckTimeout)
