@@ -195,11 +195,11 @@ func (p *sessionPool) place(ctx context.Context, c *config) (*sharedConn, error)
 	for {
 		p.mu.Lock()
 		var sc *sharedConn
-		if len(p.conns) < max(p.max, 1) {
+		opening := len(p.conns) < max(p.max, 1)
+		if opening {
 			sc = newSharedConn(p)
 			sc.opener = c
 			p.conns = append(p.conns, sc)
-			go sc.openConn(ctx, c)
 		} else {
 			for _, o := range p.conns {
 				if sc == nil || o.users < sc.users {
@@ -209,6 +209,9 @@ func (p *sessionPool) place(ctx context.Context, c *config) (*sharedConn, error)
 		}
 		sc.users++
 		p.mu.Unlock()
+		if opening {
+			sc.openConn(ctx) // others placed on it meanwhile wait for ready
+		}
 		select {
 		case <-sc.ready:
 		case <-ctx.Done():
@@ -250,15 +253,17 @@ type sharedConn struct {
 	// broken: lost after it was given up (a last check failed); leave
 	// closes it instead of giving it back.
 	broken bool
-	rearm  chan struct{} // a lock that wants a shorter check interval
+	// The watcher: a timer whose function checks the connection (see
+	// watch); armed is its current interval. Under p.mu.
+	timer *time.Timer
+	armed time.Duration
 
-	stop    chan struct{}
-	stopped chan struct{}
+	stop chan struct{} // closed when the connection is given back
 }
 
 func newSharedConn(p *sessionPool) *sharedConn {
 	return &sharedConn{p: p, sem: make(chan struct{}, 1), ready: make(chan struct{}),
-		locks: map[*muxLock]struct{}{}, stop: make(chan struct{}), stopped: make(chan struct{}), rearm: make(chan struct{}, 1)}
+		locks: map[*muxLock]struct{}{}, stop: make(chan struct{})}
 }
 
 // muxLock is one call's lock set on a shared connection.
@@ -275,7 +280,7 @@ type muxLock struct {
 // the call that asked for it (opener), as a dedicated connection's
 // acquisition does; other calls waiting for it open another if that ctx
 // ends first (see place).
-func (sc *sharedConn) openConn(octx context.Context, c *config) {
+func (sc *sharedConn) openConn(octx context.Context) {
 	defer close(sc.ready)
 	fail := func(f func(ctx context.Context, c *config) error) {
 		sc.openErr = f
@@ -283,7 +288,6 @@ func (sc *sharedConn) openConn(octx context.Context, c *config) {
 		sc.dead = true
 		sc.p.remove(sc)
 		sc.p.mu.Unlock()
-		close(sc.stopped)
 	}
 	conn, err := sc.p.open(octx)
 	if err != nil {
@@ -330,11 +334,10 @@ func (sc *sharedConn) openConn(octx context.Context, c *config) {
 	}
 	sc.p.mu.Unlock()
 	if abandoned {
-		close(sc.stopped)
 		conn.release()
 		return
 	}
-	go sc.watch()
+	sc.watch()
 }
 
 // admit applies c's options to what the connection's check found: a
@@ -370,8 +373,11 @@ func (sc *sharedConn) leave() {
 	p.mu.Unlock()
 	if last {
 		close(sc.stop)
-		<-sc.stopped
+		sc.sem <- struct{}{} // a check in flight ends first
 		p.mu.Lock()
+		if sc.timer != nil {
+			sc.timer.Stop()
+		}
 		broken := sc.broken
 		p.mu.Unlock()
 		if broken {
@@ -450,7 +456,7 @@ func (sc *sharedConn) fail(err error) {
 	p.mu.Unlock()
 	if !wasDead {
 		sc.conn.discard()
-	} // else leave discards it once the watcher has stopped
+	} // else leave discards it once a check in flight has ended
 	for _, l := range locks {
 		cause := &Error{Op: "watch", LockIDs: l.c.ids, Name: l.c.name, SQLState: SQLState(err), Kind: ErrLockLost, Err: err}
 		l.c.emit(Event{Kind: EventError, Err: cause})

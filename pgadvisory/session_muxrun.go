@@ -167,11 +167,11 @@ func (sc *sharedConn) tryLocked(ctx context.Context, l *muxLock) (bool, error) {
 	}
 	sc.p.mu.Lock()
 	sc.locks[l] = struct{}{}
-	sc.p.mu.Unlock()
-	select {
-	case sc.rearm <- struct{}{}:
-	default:
+	if c.interval < sc.armed {
+		sc.armed = c.interval
+		sc.timer.Reset(c.interval)
 	}
+	sc.p.mu.Unlock()
 	return true, nil
 }
 
@@ -212,9 +212,10 @@ func (p *sessionPool) wait(ctx context.Context, l *muxLock, start time.Time) (*s
 	p.register(c)
 	sc.users = 1
 	sc.locks[l] = struct{}{}
+	sc.armed = c.interval // armed before other calls can be placed on it
+	sc.timer = time.AfterFunc(c.interval, sc.tick)
 	p.conns = append(p.conns, sc)
 	p.mu.Unlock()
-	go sc.watch()
 	if ctx.Err() != nil {
 		_, _ = p.release(ctx, sc, l)
 		return nil, c.failure(ctx, "lock", ctx.Err())

@@ -23,32 +23,32 @@ type heldKey struct {
 	shared bool
 }
 
-// watch checks the connection, one interval after the previous check
-// ended, until it is given back or lost. The interval and the check
-// timeout are the smallest among the connection's current locks
-// (WithCheckInterval, WithCheckTimeout).
+// watch arms the connection's watcher: a timer whose function checks the
+// connection, one interval after the previous check ended, until it is
+// given back or lost. The interval and the check timeout are the smallest
+// among the connection's current locks (WithCheckInterval,
+// WithCheckTimeout); a lock that wants a shorter interval re-arms the
+// timer (tryLocked). A timer, not a goroutine per connection: opening and
+// giving back a connection then costs no goroutine hand-off.
 func (sc *sharedConn) watch() {
-	defer close(sc.stopped)
 	interval, _ := sc.timings()
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	for {
-		select {
-		case <-sc.stop:
-			return
-		case <-sc.rearm:
-			// A lock that wants a shorter interval arrived.
-			timer.Stop()
-			interval, _ = sc.timings()
-			timer.Reset(interval)
-			continue
-		case <-timer.C:
-		}
-		if !sc.check() {
-			return
-		}
-		interval, _ = sc.timings()
-		timer.Reset(interval)
+	sc.p.mu.Lock()
+	defer sc.p.mu.Unlock()
+	sc.armed = interval
+	sc.timer = time.AfterFunc(interval, sc.tick)
+}
+
+// tick runs one check and re-arms the timer unless the connection is done.
+func (sc *sharedConn) tick() {
+	if !sc.check() {
+		return
+	}
+	interval, _ := sc.timings()
+	sc.p.mu.Lock()
+	defer sc.p.mu.Unlock()
+	if !sc.dead {
+		sc.armed = interval
+		sc.timer.Reset(interval)
 	}
 }
 
