@@ -63,24 +63,22 @@ func runSessionMux(ctx context.Context, c *config, p *sessionPool, fn func(conte
 	return fn(workCtx)
 }
 
-// acquire takes l's locks. A set whose keys no other call of this process
-// holds is tried on a shared connection (pg_try_advisory_lock); one that
-// is contended, on the server or in this process, returns ErrLocked, or
-// with WithWait waits on a connection of its own, which joins the shared
-// connections once the locks are granted (adopt). So a waiting call never
-// blocks the locks that share a connection, and waits in the server's
-// queue: the server's lock_timeout and statement_timeout handling,
-// fairness and all-or-nothing sets are those of a dedicated connection.
+// acquire takes l's locks. They are tried on a shared connection
+// (pg_try_advisory_lock) unless another call of this process holds one of
+// the keys; locks contended there or on the server return ErrLocked, or
+// with WithWait wait on a connection of their own, which joins the shared
+// connections once the locks are granted (see wait). So a waiting call
+// never blocks the locks that share a connection, and waits in the
+// server's queue: the server's lock_timeout and statement_timeout
+// handling, the queue's order and all-or-nothing sets are those of a
+// dedicated connection. The connection is checked (a pooler, a standby)
+// before the key table is consulted, so refusals come first, as on a
+// dedicated connection.
 func (p *sessionPool) acquire(ctx context.Context, l *muxLock, start time.Time) (*sharedConn, error) {
 	c := l.c
-	p.mu.Lock()
-	free := p.reserve(c)
-	p.mu.Unlock()
-	if free {
-		sc, granted, err := p.try(ctx, l)
-		if err != nil || granted {
-			return sc, err
-		}
+	sc, granted, err := p.try(ctx, l)
+	if err != nil || granted {
+		return sc, err
 	}
 	if !c.wait {
 		err := c.locked()
@@ -90,17 +88,12 @@ func (p *sessionPool) acquire(ctx context.Context, l *muxLock, start time.Time) 
 	return p.wait(ctx, l, start)
 }
 
-// try places l on a shared connection and tries its locks there; its keys
-// are reserved in the table, and given up unless granted.
-func (p *sessionPool) try(ctx context.Context, l *muxLock) (sc *sharedConn, granted bool, err error) {
+// try places l on a shared connection and, unless the table shows one of
+// its keys held by another call of this process, reserves them there and
+// tries its locks; the keys are given up unless granted. Not granted
+// without an error: contended.
+func (p *sessionPool) try(ctx context.Context, l *muxLock) (*sharedConn, bool, error) {
 	c := l.c
-	defer func() {
-		if !granted {
-			p.mu.Lock()
-			p.unregister(c)
-			p.mu.Unlock()
-		}
-	}()
 	for {
 		sc, err := p.place(ctx, c)
 		if err != nil {
@@ -110,26 +103,41 @@ func (p *sessionPool) try(ctx context.Context, l *muxLock) (sc *sharedConn, gran
 			sc.leave()
 			return nil, false, err
 		}
+		p.mu.Lock()
+		free := p.reserve(c)
+		p.mu.Unlock()
+		if !free {
+			sc.leave()
+			return nil, false, nil
+		}
+		unreserve := func() {
+			p.mu.Lock()
+			p.unregister(c)
+			p.mu.Unlock()
+		}
 		if err := sc.acquireSem(ctx); err != nil {
+			unreserve()
 			sc.leave()
 			return nil, false, c.failure(ctx, "begin", err)
 		}
 		if sc.isDead() {
 			// Lost while this call waited for its turn: another one.
 			sc.releaseSem()
+			unreserve()
 			sc.leave()
 			continue
 		}
 		granted, err := sc.tryLocked(ctx, l)
 		sc.releaseSem()
 		if !granted {
+			unreserve()
 			sc.leave()
 			return nil, false, err
 		}
 		if ctx.Err() != nil {
 			// Granted, but the caller gave up meanwhile.
-			_, _ = p.release(ctx, sc, l)
-			return nil, true, c.failure(ctx, "lock", ctx.Err()) // unregistered by release
+			_, _ = p.release(ctx, sc, l) // unregisters the keys
+			return nil, false, c.failure(ctx, "lock", ctx.Err())
 		}
 		return sc, true, nil
 	}

@@ -2,6 +2,7 @@ package pgadvisory
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,19 +104,25 @@ func (sc *sharedConn) check() bool {
 		sc.fail(err) // a check that fails is a loss, as a dedicated connection's
 		return false
 	}
-	if pid != sc.pid {
-		sc.fail(fmt.Errorf("the connection's backend changed from pid %d to %d", sc.pid, pid))
-		return false
-	}
+	total := len(want)
 	for _, k := range parseHeldKeys(held) {
 		delete(want, k)
+	}
+	moved := ""
+	if pid != sc.pid {
+		moved = fmt.Sprintf(" (the check was answered by backend pid %d, the locks were taken on pid %d)", pid, sc.pid)
 	}
 	if len(want) > 0 {
 		missing := make([]string, 0, len(want))
 		for k := range want {
 			missing = append(missing, strconv.FormatInt(k.id, 10))
 		}
-		sc.fail(fmt.Errorf("backend no longer holds lock(s) %s", strings.Join(missing, ", ")))
+		slices.Sort(missing)
+		sc.fail(fmt.Errorf("backend holds %d of %d locks%s; missing: %s", total-len(want), total, moved, strings.Join(missing, ", ")))
+		return false
+	}
+	if moved != "" {
+		sc.fail(fmt.Errorf("the connection's backend changed%s", moved))
 		return false
 	}
 	return true
