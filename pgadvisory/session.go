@@ -20,9 +20,9 @@ import (
 // holds no lock; statements on a shared connection run one at a time.
 // Advisory locks are re-entrant within a server session, so a key held by
 // another call of this process counts as held elsewhere (ErrLocked, or a
-// wait with [WithWait]) before anything is sent, whatever connection the
-// two calls would use; so do overlapping sets, and shared against
-// exclusive ([WithShared]). A call whose locks are contended and that
+// wait with [WithWait]) before a lock statement is sent, whatever
+// connection the two calls would use; so do overlapping sets, and shared
+// against exclusive ([WithShared]). A call whose locks are contended and that
 // waits ([WithWait]) waits in the server's queue on a connection of its
 // own, which joins the shared ones once the locks are granted, so a wait
 // never blocks the locks that share a connection; while it waits it uses

@@ -24,8 +24,8 @@ import (
 // Advisory locks are re-entrant within a server session, so two calls of
 // this process for one key placed on the same connection would both be
 // granted: the pool's key table (held) makes a key held by a call of this
-// process contended for every other call of this process, before anything
-// is sent.
+// process contended for every other call of this process, before a lock
+// statement is sent.
 
 // defaultSessionConns is the number of shared connections per pool
 // without SetSessionConns.
