@@ -153,6 +153,12 @@ var (
 	// fencing and run-once need it. Run [Migrate] first.
 	ErrNotMigrated = errors.New("pgadvisory: lockgen's schema is missing; run pgadvisory.Migrate")
 
+	// ErrNoLeader reports that nobody leads the lock now ([CurrentLeader]):
+	// no leader was ever elected, or the last one's backend is gone, is
+	// another backend with a reused pid, or no longer holds the lock. It
+	// comes as an [*Error] with Op "current leader".
+	ErrNoLeader = errors.New("pgadvisory: no leader holds the lock now")
+
 	// ErrInvalidArgument reports a bad argument: a nil database, transaction
 	// or function, a bad option, an option that does not apply to the call
 	// or cannot be combined with another (see [Option]; [WithFencing] with
@@ -185,6 +191,13 @@ var (
 //     fenced acquisition: the token sequence is behind a published token
 //     ([ErrStaleToken], SQLSTATE LF004), or writes with the previous token
 //     were still in flight after the publish timeout ([ErrLockTimeout]).
+//   - "elect": publishing a leader's term ([Lead]), on the lock's
+//     connection once the lock is granted: the token sequence is behind
+//     ([ErrStaleToken], SQLSTATE LF004), or writes with the previous term
+//     were still in flight after the publish timeout ([ErrLockTimeout]).
+//     The lock was released and fn did not run.
+//   - "current leader": [CurrentLeader]; Kind [ErrNoLeader] when none
+//     leads.
 //   - "run-once": claiming the window in the run-once ledger ([RunOnce]);
 //     Kind [ErrAlreadyDone] when the window already has a successful run.
 //   - "fn": fn returned an error of a known kind, or one matching
@@ -293,6 +306,10 @@ func opPhrase(op string) string {
 		return "releasing the session lock"
 	case "options":
 		return "reading options"
+	case "elect":
+		return "publishing the leader's term"
+	case "current leader":
+		return "reading the current leader"
 	}
 	return op
 }

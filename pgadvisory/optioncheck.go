@@ -12,9 +12,11 @@ const (
 	famExclusive family = 1 << iota // RunExclusive, RunExclusiveRepo and their Pgx forms
 	famOnce                         // RunOnce, RunOncePgx
 	famSession                      // RunSession, RunSessionPgx
+	famLead                         // Lead, LeadPgx, Campaign, CampaignPgx
 
-	famTx  = famExclusive | famOnce // the transaction-scoped calls
-	famAll = famTx | famSession
+	famTx       = famExclusive | famOnce // the transaction-scoped calls
+	famSessions = famSession | famLead   // the session-lock calls
+	famAll      = famTx | famSessions
 )
 
 // String names the family's entry point, as the refusals say it.
@@ -26,6 +28,8 @@ func (f family) String() string {
 		return "RunOnce"
 	case famSession:
 		return "RunSession"
+	case famLead:
+		return "Lead"
 	}
 	return "this call"
 }
@@ -61,15 +65,25 @@ type optionRule struct {
 var optionRules = [optCount]optionRule{
 	{"WithWait", famAll, ""},
 	{"WithShared", famExclusive | famSession, "two shared holders would both run fn for one window"},
-	{"WithLocks", famAll, ""},
+	{"WithLocks", famTx | famSession, ""},
 	{"WithTxOptions", famTx, "a session lock runs no transaction of its own"},
 	{"WithPgxTxOptions", famTx, "a session lock runs no transaction of its own"},
 	{"WithObserver", famAll, ""},
-	{"WithCheckInterval", famSession, "only a session lock is checked while fn runs"},
+	{"WithCheckInterval", famSessions, "only a session lock is checked while fn runs"},
 	{"WithFencing", famTx, "the token is issued and published in the lock transaction"},
-	{"WithHolder", famOnce, "it names the holder in the run-once ledger"},
-	{"WithCheckTimeout", famSession, "only a session lock is checked while fn runs"},
-	{"WithSessionPooler", famSession, "a transaction lock works through a pooler in session or transaction mode"},
+	{"WithHolder", famOnce | famLead, "it names the holder in the run-once ledger or the leader table"},
+	{"WithCheckTimeout", famSessions, "only a session lock is checked while fn runs"},
+	{"WithSessionPooler", famSessions, "a transaction lock works through a pooler in session or transaction mode"},
+}
+
+// leadWhy says why an option does not apply to Lead where the rule's own
+// reason is about another family.
+var leadWhy = map[optionSet]string{
+	optShared:       "two shared holders would both lead",
+	optLocks:        "a leadership is one lock with one term; campaign for each lock separately",
+	optTxOptions:    "a leadership runs no transaction of its own",
+	optPgxTxOptions: "a leadership runs no transaction of its own",
+	optFencing:      "the term fn receives is already the lock's published fencing token: pass it to RunFenced or SetFencingToken",
 }
 
 // mark records that the option of kind k is applied, and where it comes
@@ -106,7 +120,11 @@ func (c *config) checkOptions(fam family) error {
 	for rest := c.given; rest != 0; rest &= rest - 1 {
 		k := rest & -rest
 		if rule := optionRules[bits.TrailingZeros32(uint32(k))]; rule.applies&fam == 0 {
-			return fmt.Errorf("%s does not apply to %s: %s", c.optionName(k), fam, rule.why)
+			why := rule.why
+			if fam == famLead && leadWhy[k] != "" {
+				why = leadWhy[k]
+			}
+			return fmt.Errorf("%s does not apply to %s: %s", c.optionName(k), fam, why)
 		}
 	}
 	if c.given&(optTxOptions|optPgxTxOptions) == optTxOptions|optPgxTxOptions {

@@ -17,6 +17,16 @@ type PgadvisoryFence struct {
 	PublishedAt pgtype.Timestamptz
 }
 
+// lockgen leader election: the last leader elected for each lock (pgadvisory.leader_elect). A row alone does not mean that its leader still leads: pgadvisory.current_leader(lock_id) confirms it (the backend pid, started at backend_start, is alive and holds the lock, and term is the published fencing token).
+type PgadvisoryLeader struct {
+	LockID       int64
+	Holder       string
+	Term         int64
+	Pid          int32
+	BackendStart pgtype.Timestamptz
+	ElectedAt    pgtype.Timestamptz
+}
+
 // lockgen registry: the name of each known advisory-lock ID. Plain locks have NULL params and declared_params; a registered instance of a parameterized lock has params, its canonical parameter text by name ({"tenant_id": "42"}), and the declared_params it was registered with (they define the ID). An ID registered again under another name (a rename that kept the ID) takes the last name registered. pgadvisory.status looks names up here.
 type PgadvisoryRegistry struct {
 	LockID         int64
@@ -48,7 +58,7 @@ type PgadvisoryRunOnce struct {
 	FinishedAt pgtype.Timestamptz
 }
 
-// lockgen: advisory locks (bigint keys) held or awaited in this database, one row per backend, key and mode, named from pgadvisory.registry (name NULL: an unregistered key; see lock_id). waiting = NOT granted; blocked_by = pg_blocking_pids(pid), the backends this one waits for on any lock. pg_locks cannot tell session-level from transaction-level holds (one row for both, whatever the hold count). pg_locks and pg_stat_activity are not read atomically: a backend that just ended may show NULL activity columns.
+// lockgen: advisory locks (bigint keys) held or awaited in this database, one row per backend, key and mode, named from pgadvisory.registry (name NULL: an unregistered key; see lock_id). waiting = NOT granted; blocked_by = pg_blocking_pids(pid), the backends this one waits for on any lock. leader_holder, leader_term and leader_since are set on the row of a backend that leads its lock now (pgadvisory.current_leader), NULL otherwise. pg_locks cannot tell session-level from transaction-level holds (one row for both, whatever the hold count). pg_locks and pg_stat_activity are not read atomically: a backend that just ended may show NULL activity columns.
 type PgadvisoryStatus struct {
 	LockID          int32
 	Name            pgtype.Text
@@ -65,4 +75,7 @@ type PgadvisoryStatus struct {
 	State           pgtype.Text
 	WaitEvent       pgtype.Text
 	BlockedBy       interface{}
+	LeaderHolder    string
+	LeaderTerm      int64
+	LeaderSince     pgtype.Timestamptz
 }

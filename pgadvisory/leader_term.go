@@ -1,0 +1,27 @@
+package pgadvisory
+
+import (
+	"context"
+	"time"
+)
+
+// electSQL publishes a leader's term (migrations/00007_leader.sql): on the
+// connection that holds the session lock, outside any transaction, so the
+// statement is its own transaction and its commit, forced durable by
+// leader_elect, makes the term and the leader row visible before fn runs.
+// The backend's start time is read as the caller, who can always see its
+// own session; it tells a reused pid apart in CurrentLeader.
+const electSQL = `SELECT term, elected_at FROM pgadvisory.leader_elect($1::bigint, $2::text, $3::text,
+  (SELECT a.backend_start FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = pg_catalog.pg_backend_pid()))`
+
+// elect publishes the next term of c's lock on q, the connection that holds
+// it, and returns it. Its error is an *Error with Op "elect".
+func (c *config) elect(ctx context.Context, q sessionQuerier) (int64, error) {
+	var term int64
+	var electedAt time.Time
+	args := []any{c.ids[0], c.holder, lockTimeoutSetting(defaultPublishTimeout)}
+	if err := q.queryRow(ctx, electSQL, args, &term, &electedAt); err != nil {
+		return 0, c.failure(ctx, "elect", err)
+	}
+	return term, nil
+}
