@@ -58,7 +58,13 @@ const defaultMigrationLockWait = 5 * time.Minute
 //   - 00006_fencing_statement_check: the trigger functions of the tables
 //     lockgen fence fences (a row stamp and one check per statement and
 //     lock, on the rows as written), and 00002's trigger functions reading
-//     the token only from the transaction's setting.
+//     the token only from the transaction's setting;
+//   - 00007_leader: leader election ([Lead]): pgadvisory.leader_elect
+//     publishes a leader's term (a fencing token) for a caller that holds
+//     the lock and records it in pgadvisory.leader;
+//     pgadvisory.current_leader reports the leader only while its backend
+//     holds the lock ([CurrentLeader]); the status view gains leader_holder,
+//     leader_term and leader_since.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and takes no lock. Concurrent callers (every replica at start-up) are

@@ -1,0 +1,141 @@
+package migrations_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/migrations"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// electSQL is how a leader publishes its term (pgadvisory's Lead sends
+// the same statement on the connection that holds the lock).
+const electSQL = `SELECT term FROM pgadvisory.leader_elect($1, $2, '5s',
+  (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()))`
+
+// conn is one dedicated connection of db, closed when t ends.
+func conn(t *testing.T, db *sql.DB) *sql.Conn {
+	t.Helper()
+	c, err := db.Conn(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestLeaderElectRefusesCallerWithoutTheLock: leader_elect publishes
+// nothing for a caller that does not hold the lock, holds it shared, or
+// while another session holds it; the control, the holder, publishes a
+// term that is the lock's token, and its leader row.
+func TestLeaderElectRefusesCallerWithoutTheLock(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := context.Background()
+	key := testdb.Key(t)
+	before := fencing.Publish(t, db, key)
+
+	attacker := conn(t, db)
+	var term int64
+	err := attacker.QueryRowContext(ctx, electSQL, key, "attacker").Scan(&term)
+	sqlstate.Require(t, err, "55000")
+	require.ErrorContains(t, err, "does not hold the advisory lock")
+
+	_, err = attacker.ExecContext(ctx, `SELECT pg_advisory_lock_shared($1)`, key)
+	require.NoError(t, err)
+	sqlstate.Require(t, attacker.QueryRowContext(ctx, electSQL, key, "attacker").Scan(&term), "55000")
+	_, err = attacker.ExecContext(ctx, `SELECT pg_advisory_unlock_shared($1)`, key)
+	require.NoError(t, err)
+
+	holder := conn(t, db)
+	_, err = holder.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	sqlstate.Require(t, attacker.QueryRowContext(ctx, electSQL, key, "attacker").Scan(&term), "55000")
+	// Another key's lock does not count for this one, nor a lock whose
+	// key shares the low or high 32 bits.
+	_, err = attacker.ExecContext(ctx, `SELECT pg_advisory_lock($1), pg_advisory_lock($2)`, key^(1<<40), key^1)
+	require.NoError(t, err)
+	sqlstate.Require(t, attacker.QueryRowContext(ctx, electSQL, key, "attacker").Scan(&term), "55000")
+
+	require.Equal(t, before, fencing.Published(t, db, key), "no refused call published")
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pgadvisory.leader WHERE lock_id = $1`, key).Scan(&n))
+	require.Zero(t, n)
+
+	// Control: the holder publishes.
+	require.NoError(t, holder.QueryRowContext(ctx, electSQL, key, "holder").Scan(&term))
+	require.Greater(t, term, before)
+	require.Equal(t, term, fencing.Published(t, db, key))
+	var holderName string
+	require.NoError(t, db.QueryRow(`SELECT holder FROM pgadvisory.current_leader($1)`, key).Scan(&holderName))
+	require.Equal(t, "holder", holderName)
+	// Negative keys map to classid/objid as the server does.
+	neg := -key
+	_, err = holder.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, neg)
+	require.NoError(t, err)
+	require.NoError(t, holder.QueryRowContext(ctx, electSQL, neg, "holder").Scan(&term))
+}
+
+// TestLeaderElectWithoutPrivileges: a role with only what PUBLIC has can
+// lead (publish terms) and read the current leader, but cannot write
+// lockgen's tables to forge a term.
+func TestLeaderElectWithoutPrivileges(t *testing.T) {
+	admin := migrated.DB(t)
+	app := fencing.OpenAs(t, admin, fencing.AppRole(t, admin))
+	ctx := context.Background()
+	key := testdb.Key(t)
+	var got pgadvisory.Leader
+	err := pgadvisory.Lead(ctx, app, key, func(ctx context.Context, term int64) error {
+		var err error
+		got, err = pgadvisory.CurrentLeader(ctx, app, key)
+		if err != nil {
+			return err
+		}
+		_, err = app.ExecContext(ctx, `UPDATE pgadvisory.fence SET token = token + 1 WHERE lock_id = $1`, key)
+		sqlstate.Require(t, err, "42501")
+		_, err = app.ExecContext(ctx, `UPDATE pgadvisory.leader SET holder = 'forged' WHERE lock_id = $1`, key)
+		sqlstate.Require(t, err, "42501")
+		return nil
+	}, pgadvisory.WithHolder("app"))
+	require.NoError(t, err)
+	require.Equal(t, "app", got.Holder)
+	require.Equal(t, got.Term, fencing.Published(t, admin, key))
+}
+
+// TestLeaderMigrationUpDownUp: 00007 goes down to version 6's schema (no
+// leader objects, 00003's view) and up again.
+func TestLeaderMigrationUpDownUp(t *testing.T) {
+	ctx := context.Background()
+	want6 := leaderSchema(t, migrated.UpTo(t, 6))
+	db := migrated.UpTo(t, 7)
+	want7 := leaderSchema(t, db)
+	require.NotEqual(t, want6, want7)
+	require.Contains(t, want7, "leader_since")
+
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(pgadvisory.MigrationTable), goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 6)
+	require.NoError(t, err)
+	require.Equal(t, want6, leaderSchema(t, db), "Down restores version 6")
+	_, err = p.Up(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want7, leaderSchema(t, db))
+}
+
+// leaderSchema describes what 00007 touches: the status view's definition
+// and the leader objects that exist.
+func leaderSchema(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var view, objs string
+	require.NoError(t, db.QueryRow(`SELECT pg_get_viewdef('pgadvisory.status'::regclass) || obj_description('pgadvisory.status'::regclass)`).Scan(&view))
+	require.NoError(t, db.QueryRow(`SELECT concat_ws(',', to_regclass('pgadvisory.leader'),
+		to_regprocedure('pgadvisory.leader_elect(bigint,text,text,timestamptz)'),
+		to_regprocedure('pgadvisory.current_leader(bigint)'))`).Scan(&objs))
+	return view + "\n" + objs
+}
