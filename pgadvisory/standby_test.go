@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,6 +54,18 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 		}},
 		{"RunSession", func(d frontdoor.Door, called *bool) error {
 			return d.RunSession(ctx, key, func(context.Context) error { *called = true; return nil })
+		}},
+		{"Lead", func(d frontdoor.Door, called *bool) error {
+			return d.Lead(ctx, key, func(context.Context, int64) error { *called = true; return nil })
+		}},
+		{"Campaign", func(d frontdoor.Door, called *bool) error {
+			// A standby may be promoted: Campaign retries it until ctx ends.
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if err := d.Campaign(cctx, key, func(context.Context, int64) error { *called = true; return nil }); err != nil {
+				return err
+			}
+			return d.Lead(ctx, key, func(context.Context, int64) error { *called = true; return nil })
 		}},
 		{"RunExclusive_fenced", func(d frontdoor.Door, called *bool) error {
 			// fence_acquire answers standby before it locks or draws a token.
