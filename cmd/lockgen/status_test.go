@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/stretchr/testify/require"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/lockgen/lockgen/internal/status"
 	"github.com/lockgen/lockgen/internal/testkit/generatedlocks"
 	"github.com/lockgen/lockgen/internal/testkit/lockscene"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -286,4 +289,93 @@ func TestRegisterErrorPrefix(t *testing.T) {
 	require.True(t, strings.HasPrefix(errOut, "lockgen: register: "), errOut)
 	require.NotContains(t, errOut, "pgadvisory: register", errOut)
 	require.Contains(t, errOut, "run pgadvisory.Migrate", "the hint survives")
+}
+
+// TestStatusCommandShowsLeadership: a pgadvisory.Lead leadership shows as
+// such, on the leader's row only (not on a waiting candidate's): holder
+// name, term and since, in the table's LEADER column and in -json. Control:
+// once the leader resigns the column is gone, and a database migrated
+// before 00007 (a view without the leader columns) is still read.
+func TestStatusCommandShowsLeadership(t *testing.T) {
+	ctx := t.Context()
+	db := testdb.DB(t)
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	u := testdb.URL(t)
+	key := testdb.Key(t)
+	keyText := strconv.FormatInt(key, 10)
+
+	elected := make(chan int64, 1)
+	resign := make(chan struct{})
+	done := make(chan error, 2)
+	go func() {
+		done <- pgadvisory.Lead(ctx, db, key, func(ctx context.Context, term int64) error {
+			elected <- term
+			<-resign
+			return nil
+		}, pgadvisory.WithHolder("scheduler-a"))
+	}()
+	term := <-elected
+	waiterCtx, stopWaiter := context.WithCancel(ctx)
+	go func() {
+		done <- pgadvisory.Lead(waiterCtx, db, key, func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
+	}()
+	require.Eventually(t, func() bool {
+		_, out, _ := lockgen("status", "-db", u)
+		return strings.Contains(out, "waiting")
+	}, 30*time.Second, 20*time.Millisecond)
+
+	code, table, errOut := lockgen("status", "-db", u)
+	require.Equal(t, exitOK, code, errOut)
+	require.Regexp(t, `(?m)^NAME/KEY .* BLOCKED BY +LEADER$`, table)
+	require.Regexp(t, `(?m)^`+keyText+` +- +exclusive +granted +.* +scheduler-a, term `+strconv.FormatInt(term, 10)+`, since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, table)
+	require.Regexp(t, `(?m)^`+keyText+` +- +exclusive +waiting +.* +-$`, table, "a waiting candidate is no leader")
+
+	code, out, errOut := lockgen("status", "-db", u, "-json")
+	require.Equal(t, exitOK, code, errOut)
+	var rows []status.JSONLock
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	var leaders []status.JSONLeader
+	for _, r := range rows {
+		if r.LockID != nil && *r.LockID == keyText && r.Leader != nil {
+			require.Equal(t, "granted", r.State)
+			leaders = append(leaders, *r.Leader)
+		}
+	}
+	require.Len(t, leaders, 1)
+	require.Equal(t, "scheduler-a", leaders[0].Holder)
+	require.Equal(t, term, leaders[0].Term)
+	require.WithinDuration(t, time.Now(), leaders[0].Since, time.Minute)
+
+	stopWaiter()
+	close(resign)
+	require.NoError(t, <-done)
+	<-done
+	require.Eventually(t, func() bool {
+		_, out, _ := lockgen("status", "-db", u)
+		return !strings.Contains(out, keyText)
+	}, 30*time.Second, 20*time.Millisecond)
+	_, table, _ = lockgen("status", "-db", u)
+	require.NotContains(t, table, "LEADER")
+
+	// A database migrated before 00007: its view has no leader columns.
+	old := migrated.UpTo(t, 6)
+	var url string
+	require.NoError(t, old.QueryRowContext(ctx, `SELECT current_database()`).Scan(&url))
+	held, err := old.Conn(ctx)
+	require.NoError(t, err)
+	defer held.Close()
+	_, err = held.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	code, table, errOut = lockgen("status", "-db", urlWithDatabase(t, u, url))
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, table, keyText)
+	require.NotContains(t, table, "LEADER")
+}
+
+// urlWithDatabase is url with its database name replaced.
+func urlWithDatabase(t *testing.T, url, name string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -20,24 +21,43 @@ const Empty = "no advisory locks held or awaited"
 // NAME/KEY is the registered name or the raw key; STATE is granted or
 // waiting; BACKEND is the holder's or waiter's pg_stat_activity state (a
 // holder "idle in transaction" for long is paused or stuck); "-" marks an
-// empty or unknown value.
+// empty or unknown value. When a lock is a leadership (pgadvisory.Lead),
+// a last column LEADER shows it on the leader's row: "holder, term N,
+// since TIME" (UTC).
 func WriteTable(w io.Writer, locks []Lock) error {
 	if len(locks) == 0 {
 		_, err := fmt.Fprintln(w, Empty)
 		return err
 	}
+	leaders := slices.ContainsFunc(locks, func(l Lock) bool { return l.Leader != nil })
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME/KEY\tPARAMS\tMODE\tSTATE\tPID\tAPP\tCLIENT\tXACT AGE\tBACKEND\tBLOCKED BY")
+	header := "NAME/KEY\tPARAMS\tMODE\tSTATE\tPID\tAPP\tCLIENT\tXACT AGE\tBACKEND\tBLOCKED BY"
+	if leaders {
+		header += "\tLEADER"
+	}
+	fmt.Fprintln(tw, header)
 	for _, l := range locks {
 		age := "-"
 		if !l.XactStart.IsZero() {
 			age = FormatAge(l.XactAge)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
 			cell(l.Label()), cell(paramsText(l.Params)), cell(l.Mode), stateText(l.Granted),
 			cell(pidText(l.PID)), cell(l.AppName), cell(l.ClientAddr), age, cell(l.State), cell(pidsText(l.BlockedBy)))
+		if leaders {
+			fmt.Fprintf(tw, "\t%s", cell(leaderText(l.Leader)))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// leaderText is a leadership's LEADER cell: "holder, term N, since TIME".
+func leaderText(l *Leadership) string {
+	if l == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s, term %d, since %s", l.Holder, l.Term, l.Since.UTC().Format(time.RFC3339))
 }
 
 // cell makes s safe for one table cell: "-" when empty, and no tabs or
@@ -120,6 +140,14 @@ type JSONLock struct {
 	BackendState    *string           `json:"backend_state"`
 	WaitEvent       *string           `json:"wait_event"`
 	BlockedBy       []int             `json:"blocked_by"` // never null
+	Leader          *JSONLeader       `json:"leader"`     // null unless this row's backend leads the lock
+}
+
+// JSONLeader is the JSON form of a [Leadership].
+type JSONLeader struct {
+	Holder string    `json:"holder"`
+	Term   int64     `json:"term"`
+	Since  time.Time `json:"since"` // UTC
 }
 
 // ToJSON converts l to its JSON form.
@@ -159,6 +187,9 @@ func ToJSON(l Lock) JSONLock {
 	if l.PID != 0 {
 		pid := l.PID
 		j.PID = &pid
+	}
+	if l.Leader != nil {
+		j.Leader = &JSONLeader{Holder: l.Leader.Holder, Term: l.Leader.Term, Since: l.Leader.Since.UTC()}
 	}
 	if !l.XactStart.IsZero() {
 		start := l.XactStart.UTC()

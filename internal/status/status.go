@@ -49,6 +49,18 @@ type Lock struct {
 	State      string // backend state: active, idle in transaction, idle, …
 	WaitEvent  string // e.g. "advisory" while waiting for an advisory lock
 	BlockedBy  []int  // pg_blocking_pids(pid): the backends this one waits for
+
+	// Leader is set on the row of a backend that leads its lock now (a
+	// pgadvisory.Lead leadership, confirmed by pgadvisory.current_leader);
+	// nil otherwise, and on databases migrated before lockgen's 00007.
+	Leader *Leadership
+}
+
+// Leadership is who leads a lock, as the status view reports it.
+type Leadership struct {
+	Holder string    // the leader's name (pgadvisory.WithHolder)
+	Term   int64     // its term: the lock's published fencing token
+	Since  time.Time // when it was elected (server clock)
 }
 
 // Param is one parameter of a registered instance.
@@ -75,10 +87,21 @@ func (l Lock) Label() string {
 
 // querySQL reads the view. host() gives the client address without a
 // netmask; blocked_by goes through text so that any driver can scan it.
+// The leader columns came with migration 00007; legacyQuerySQL reads a
+// view from before it.
 const querySQL = `SELECT lock_id, name, params::text, declared_params::text, mode, granted, pid,
        application_name, pg_catalog.host(client_addr), xact_start,
        pg_catalog.date_part('epoch', xact_age), state, wait_event,
-       pg_catalog.array_to_string(blocked_by, ',')
+       pg_catalog.array_to_string(blocked_by, ','),
+       leader_holder, leader_term, leader_since
+FROM pgadvisory.status
+WHERE $1 = '' OR pg_catalog.starts_with(name, $1)`
+
+const legacyQuerySQL = `SELECT lock_id, name, params::text, declared_params::text, mode, granted, pid,
+       application_name, pg_catalog.host(client_addr), xact_start,
+       pg_catalog.date_part('epoch', xact_age), state, wait_event,
+       pg_catalog.array_to_string(blocked_by, ','),
+       NULL::text, NULL::bigint, NULL::timestamptz
 FROM pgadvisory.status
 WHERE $1 = '' OR pg_catalog.starts_with(name, $1)`
 
@@ -229,6 +252,9 @@ var errNoView = errors.New("the view pgadvisory.status is missing: run pgadvisor
 // says to run them.
 func Query(ctx context.Context, db *sql.DB, prefix string) ([]Lock, error) {
 	rows, err := db.QueryContext(ctx, querySQL, prefix)
+	if pgadvisory.SQLState(err) == "42703" { // a view from before migration 00007
+		rows, err = db.QueryContext(ctx, legacyQuerySQL, prefix)
+	}
 	if err != nil {
 		switch pgadvisory.SQLState(err) {
 		case "42P01", "3F000": // undefined table, schema
@@ -260,10 +286,16 @@ func scan(rows *sql.Rows) (Lock, error) {
 		pid                                sql.NullInt64
 		start                              sql.NullTime
 		age                                sql.NullFloat64
+		leader                             sql.NullString
+		term                               sql.NullInt64
+		since                              sql.NullTime
 	)
 	if err := rows.Scan(&l.LockID, &name, &params, &declared, &l.Mode, &l.Granted, &pid,
-		&app, &client, &start, &age, &state, &waitEvent, &blockers); err != nil {
+		&app, &client, &start, &age, &state, &waitEvent, &blockers, &leader, &term, &since); err != nil {
 		return l, err
+	}
+	if term.Valid {
+		l.Leader = &Leadership{Holder: leader.String, Term: term.Int64, Since: since.Time}
 	}
 	l.Name, l.AppName, l.ClientAddr = name.String, app.String, client.String
 	l.State, l.WaitEvent = state.String, waitEvent.String
