@@ -4,12 +4,11 @@
 -- own connection. Once the lock is granted it sends, on that connection and
 -- outside any transaction, one statement:
 --
---   SELECT term, elected_at FROM pgadvisory.leader_elect(lock_id, holder, publish_timeout, backend_start);
+--   SELECT term, elected_at FROM pgadvisory.leader_elect(lock_id, holder, publish_timeout);
 --
 -- leader_elect checks that the calling backend holds the advisory lock
--- lock_id in exclusive mode (pg_locks: locktype advisory, objsubid 1 for a
--- bigint key, classid and objid its high and low 32 bits, pid =
--- pg_backend_pid()), draws the next token from pgadvisory.fencing_token_seq
+-- lock_id at session level in exclusive mode (without reading pg_locks,
+-- which costs a scan of the whole lock table: see the function), draws the next token from pgadvisory.fencing_token_seq
 -- and publishes it in pgadvisory.fence for lock_id exactly as the fenced
 -- acquisition does (waiting at most publish_timeout for writes still in
 -- flight with the previous token: 55P03; LF004 when a newer token is already
@@ -19,19 +18,17 @@
 -- a fencing token: RunFenced / SetFencingToken with an older term fail with
 -- LF001 once a newer leader is elected.
 --
--- pg_locks does not tell a session-level hold from a transaction-level one:
--- a caller that holds the lock at transaction level in the same transaction
--- is the exclusive holder while it publishes, which is all a term promises;
--- its leader row stops being reported (pgadvisory.current_leader) when its
--- transaction ends and the lock with it.
---
 -- pgadvisory.leader keeps the last elected leader of each lock: lock_id,
--- holder (a name for people), term, pid and backend_start of the backend
--- that holds the lock (the pair tells a reused pid apart), elected_at
--- (server clock). A row alone does not say that its leader still leads:
--- pgadvisory.current_leader(lock_id) returns it only while that backend is
--- alive, is the same backend (pid and backend_start), holds the lock in
--- exclusive mode, and its term is the lock's published token.
+-- holder (a name for people), term, pid of the backend that holds the lock,
+-- elected_at (server clock). A row alone does not say that its leader
+-- still leads: pgadvisory.current_leader(lock_id) returns it only while
+-- that backend is alive, is the same backend, holds the lock in exclusive
+-- mode, and its term is the lock's published token. The same backend: a
+-- backend with that pid that started before elected_at (pg_stat_activity's
+-- backend_start). The elected backend was running at elected_at; a backend
+-- that reuses its pid can start only after it ended, so after elected_at.
+-- This needs no read of pg_stat_activity in the election (a scan of every
+-- backend's entry), only in current_leader.
 --
 -- The status view gains the columns leader_holder, leader_term and
 -- leader_since on the row of a backend that leads its lock now.
@@ -40,10 +37,10 @@
 -- DEFINER, search_path fixed), so candidates and readers need no privilege
 -- on lockgen's tables; EXECUTE stays granted to PUBLIC, as for
 -- fence_acquire: leader_elect publishes only a fresh token, and only for a
--- caller that holds the lock. backend_start is passed by the caller (its own
--- session's, which it can always read); where the owner can read it too
--- (a superuser, pg_read_all_stats, the same role) leader_elect requires the
--- two to agree.
+-- caller that holds the lock. current_leader runs as its owner: where the
+-- owner may not read another role's backend_start (neither a superuser nor
+-- a member of pg_read_all_stats or of that role), pg_stat_activity shows it
+-- NULL and the reused-pid check is skipped; the others remain.
 --
 -- Written for PostgreSQL 13 and later; every function and relation is
 -- schema-qualified.
@@ -54,19 +51,18 @@ CREATE TABLE pgadvisory.leader (
     holder        text NOT NULL,
     term          bigint NOT NULL,
     pid           integer NOT NULL,
-    backend_start timestamptz,
     elected_at    timestamptz NOT NULL
 );
 
 COMMENT ON TABLE pgadvisory.leader IS
 'lockgen leader election: the last leader elected for each lock (pgadvisory.leader_elect). A row '
 'alone does not mean that its leader still leads: pgadvisory.current_leader(lock_id) confirms it '
-'(the backend pid, started at backend_start, is alive and holds the lock, and term is the '
+'(the backend pid, started before elected_at, is alive and holds the lock, and term is the '
 'published fencing token).';
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadvisory.leader_elect(
-    p_lock_id bigint, p_holder text, p_publish_timeout text, p_backend_start timestamptz,
+    p_lock_id bigint, p_holder text, p_publish_timeout text,
     OUT term bigint, OUT elected_at timestamptz)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -75,7 +71,6 @@ AS $$
 DECLARE
     v_pid      integer := pg_catalog.pg_backend_pid();
     v_previous text := pg_catalog.current_setting('lock_timeout');
-    v_seen     timestamptz;
     v_current  bigint;
     v_set      text;
 BEGIN
@@ -88,24 +83,22 @@ BEGIN
         RAISE EXCEPTION 'pgadvisory: leader_elect on a hot standby: its advisory locks exclude nobody on the primary'
             USING ERRCODE = '25006';
     END IF;
-    -- The caller must hold the lock, exclusively, now.
-    PERFORM 1
-    FROM pg_catalog.pg_locks AS k
-    WHERE k.locktype = 'advisory' AND k.objsubid = 1 AND k.granted AND k.mode = 'ExclusiveLock'
-      AND k.pid = v_pid
-      AND ((k.classid::bigint << 32) | k.objid::bigint) = p_lock_id
-      AND k.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database());
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pgadvisory: leader_elect: this session (pid %) does not hold the advisory lock % in exclusive mode',
+    -- The caller must hold the lock at session level, exclusively, now.
+    -- pg_locks would say so, but reading it costs a scan of the whole lock
+    -- table (every backend's locks) in every election. Instead: a
+    -- transaction-level hold (granted at once to a session that holds the
+    -- lock, refused while another session holds it), then the session-level
+    -- unlock, which reports whether there was an exclusive session-level
+    -- hold to release (the transaction-level hold keeps the lock meanwhile:
+    -- it is never free), then the session-level hold again.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(p_lock_id)
+       OR NOT pg_catalog.pg_advisory_unlock(p_lock_id) THEN
+        RAISE EXCEPTION 'pgadvisory: leader_elect: this session (pid %) does not hold the advisory lock % at session level in exclusive mode',
             v_pid, p_lock_id
             USING ERRCODE = '55000',
                   HINT = 'Take the lock first (pg_advisory_lock), on the connection that calls leader_elect.';
     END IF;
-    SELECT a.backend_start INTO v_seen FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = v_pid;
-    IF v_seen IS NOT NULL AND p_backend_start IS DISTINCT FROM v_seen THEN
-        RAISE EXCEPTION 'pgadvisory: leader_elect: backend_start % is not this session''s (%)', p_backend_start, v_seen
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM pg_catalog.pg_advisory_lock(p_lock_id);
 
     -- As fence_acquire's publish.
     v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);
@@ -131,11 +124,10 @@ BEGIN
     v_set := pg_catalog.set_config('lock_timeout', v_previous, true);
 
     elected_at := pg_catalog.now();
-    INSERT INTO pgadvisory.leader AS l (lock_id, holder, term, pid, backend_start, elected_at)
-    VALUES (p_lock_id, p_holder, term, v_pid, COALESCE(v_seen, p_backend_start), elected_at)
+    INSERT INTO pgadvisory.leader AS l (lock_id, holder, term, pid, elected_at)
+    VALUES (p_lock_id, p_holder, term, v_pid, elected_at)
     ON CONFLICT (lock_id) DO UPDATE
-    SET holder = excluded.holder, term = excluded.term, pid = excluded.pid,
-        backend_start = excluded.backend_start, elected_at = excluded.elected_at;
+    SET holder = excluded.holder, term = excluded.term, pid = excluded.pid, elected_at = excluded.elected_at;
 
     -- The commit of this statement's transaction must be durable before the
     -- leader acts, whatever the server, database, role or session says.
@@ -146,13 +138,12 @@ END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.leader_elect(bigint, text, text, timestamptz) IS
-'lockgen leader election: for a caller that holds the advisory lock p_lock_id in exclusive mode '
-'(else 55000), draws a term from pgadvisory.fencing_token_seq, publishes it in pgadvisory.fence '
+COMMENT ON FUNCTION pgadvisory.leader_elect(bigint, text, text) IS
+'lockgen leader election: for a caller that holds the advisory lock p_lock_id at session level in '
+'exclusive mode (else 55000), draws a term from pgadvisory.fencing_token_seq, publishes it in pgadvisory.fence '
 'as a fenced acquisition does (55P03 after p_publish_timeout while writers of the previous token '
 'are in flight; LF004 when the sequence is behind), records the leader in pgadvisory.leader and '
-'forces synchronous_commit = on for the transaction. p_backend_start is the caller''s '
-'pg_stat_activity.backend_start (checked where the owner can read it). SECURITY DEFINER.';
+'forces synchronous_commit = on for the transaction. SECURITY DEFINER.';
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadvisory.current_leader(p_lock_id bigint)
@@ -177,13 +168,14 @@ WHERE l.lock_id = p_lock_id
     SELECT 1
     FROM pg_catalog.pg_stat_activity AS a
     WHERE a.pid = l.pid
-      AND (a.backend_start IS NULL OR l.backend_start IS NULL OR a.backend_start = l.backend_start))
+      AND (a.backend_start IS NULL OR a.backend_start < l.elected_at))
 $$;
 -- +goose StatementEnd
 
 COMMENT ON FUNCTION pgadvisory.current_leader(bigint) IS
 'lockgen leader election: the leader of p_lock_id now, from pgadvisory.leader, only while its '
-'backend is alive, is the same backend (pid and backend_start, where the owner can read it), '
+'backend is alive, is the same backend (that pid, started before elected_at, where the owner '
+'can read backend_start), '
 'holds the advisory lock in exclusive mode, and its term is the published token; no row '
 'otherwise. SECURITY DEFINER: readers need no privilege on lockgen''s tables.';
 
@@ -210,10 +202,12 @@ FROM pg_catalog.pg_locks AS l
 CROSS JOIN LATERAL (SELECT (l.classid::bigint << 32) | l.objid::bigint AS lock_id) AS k
 LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
 LEFT JOIN pgadvisory.registry AS r ON r.lock_id = k.lock_id
-LEFT JOIN LATERAL (
-    SELECT c.holder, c.term, c.elected_at
-    FROM pgadvisory.current_leader(k.lock_id) AS c
-    WHERE l.granted AND l.mode = 'ExclusiveLock' AND c.pid = l.pid) AS e ON true
+-- current_leader's checks, on this row's pg_locks and pg_stat_activity
+-- (calling it would read pg_locks again for every row).
+LEFT JOIN pgadvisory.leader AS e
+       ON e.lock_id = k.lock_id AND e.pid = l.pid AND l.granted AND l.mode = 'ExclusiveLock'
+      AND (a.backend_start IS NULL OR a.backend_start < e.elected_at)
+      AND EXISTS (SELECT 1 FROM pgadvisory.fence AS f WHERE f.lock_id = e.lock_id AND f.token = e.term)
 WHERE l.locktype = 'advisory'
   AND l.objsubid = 1
   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
@@ -267,5 +261,5 @@ COMMENT ON VIEW pgadvisory.status IS
 'that just ended may show NULL activity columns.';
 
 DROP FUNCTION pgadvisory.current_leader(bigint);
-DROP FUNCTION pgadvisory.leader_elect(bigint, text, text, timestamptz);
+DROP FUNCTION pgadvisory.leader_elect(bigint, text, text);
 DROP TABLE pgadvisory.leader;

@@ -18,8 +18,7 @@ import (
 
 // electSQL is how a leader publishes its term (pgadvisory's Lead sends
 // the same statement on the connection that holds the lock).
-const electSQL = `SELECT term FROM pgadvisory.leader_elect($1, $2, '5s',
-  (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()))`
+const electSQL = `SELECT term FROM pgadvisory.leader_elect($1, $2, '5s')`
 
 // conn is one dedicated connection of db, closed when t ends.
 func conn(t *testing.T, db *sql.DB) *sql.Conn {
@@ -52,6 +51,15 @@ func TestLeaderElectRefusesCallerWithoutTheLock(t *testing.T) {
 	_, err = attacker.ExecContext(ctx, `SELECT pg_advisory_unlock_shared($1)`, key)
 	require.NoError(t, err)
 
+	// A transaction-level hold is not a leadership: it ends with the
+	// transaction.
+	tx, err := attacker.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)
+	require.NoError(t, err)
+	sqlstate.Require(t, tx.QueryRowContext(ctx, electSQL, key, "attacker").Scan(&term), "55000")
+	require.NoError(t, tx.Rollback())
+
 	holder := conn(t, db)
 	_, err = holder.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
 	require.NoError(t, err)
@@ -67,8 +75,17 @@ func TestLeaderElectRefusesCallerWithoutTheLock(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pgadvisory.leader WHERE lock_id = $1`, key).Scan(&n))
 	require.Zero(t, n)
 
-	// Control: the holder publishes.
+	// Control: the holder publishes, and still holds the lock, once.
 	require.NoError(t, holder.QueryRowContext(ctx, electSQL, key, "holder").Scan(&term))
+	var unlocked, again bool
+	require.NoError(t, holder.QueryRowContext(ctx, `SELECT pg_advisory_unlock($1)`, key).Scan(&unlocked))
+	require.True(t, unlocked)
+	require.NoError(t, attacker.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&again))
+	require.True(t, again, "one unlock frees it: the election left the hold count as it was")
+	_, err = attacker.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, key)
+	require.NoError(t, err)
+	_, err = holder.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
 	require.Greater(t, term, before)
 	require.Equal(t, term, fencing.Published(t, db, key))
 	var holderName string
@@ -135,7 +152,7 @@ func leaderSchema(t *testing.T, db *sql.DB) string {
 	var view, objs string
 	require.NoError(t, db.QueryRow(`SELECT pg_get_viewdef('pgadvisory.status'::regclass) || obj_description('pgadvisory.status'::regclass)`).Scan(&view))
 	require.NoError(t, db.QueryRow(`SELECT concat_ws(',', to_regclass('pgadvisory.leader'),
-		to_regprocedure('pgadvisory.leader_elect(bigint,text,text,timestamptz)'),
+		to_regprocedure('pgadvisory.leader_elect(bigint,text,text)'),
 		to_regprocedure('pgadvisory.current_leader(bigint)'))`).Scan(&objs))
 	return view + "\n" + objs
 }

@@ -115,19 +115,19 @@
 // 00007_leader.sql adds leader election (pgadvisory.Lead):
 //
 //   - the table pgadvisory.leader (lock_id bigint PRIMARY KEY, holder, term,
-//     pid, backend_start, elected_at): the last leader elected for each
-//     lock;
+//     pid, elected_at): the last leader elected for each lock;
 //   - pgadvisory.leader_elect(lock_id bigint, holder text, publish_timeout
-//     text, backend_start timestamptz) returning (term, elected_at),
-//     SECURITY DEFINER: for a caller that holds the advisory lock lock_id
-//     in exclusive mode (else SQLSTATE 55000), draws a term from
+//     text) returning (term, elected_at), SECURITY DEFINER: for a caller
+//     that holds the advisory lock lock_id at session level in exclusive
+//     mode (else SQLSTATE 55000), draws a term from
 //     pgadvisory.fencing_token_seq, publishes it in pgadvisory.fence as a
 //     fenced acquisition does (55P03, LF004), records the leader and forces
 //     synchronous_commit = on for its transaction;
 //   - pgadvisory.current_leader(lock_id bigint) returning SETOF
 //     pgadvisory.leader, SECURITY DEFINER: the leader row only while its
-//     backend is alive, is the same backend (pid and backend_start), holds
-//     the lock in exclusive mode, and its term is the published token;
+//     backend is alive, is the same backend (that pid, started before
+//     elected_at: a reused pid starts later), holds the lock in exclusive
+//     mode, and its term is the published token;
 //   - the view pgadvisory.status gains the columns leader_holder,
 //     leader_term and leader_since, set on the row of a backend that leads
 //     its lock now.

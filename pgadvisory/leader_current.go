@@ -24,8 +24,9 @@ type Leader struct {
 // CurrentLeader reports who leads lockID now, or an error matching
 // [ErrNoLeader]. A leader whose backend is gone is never reported: the
 // leader recorded by the last election ([Lead]) is returned only while its
-// server backend is alive, is the same backend (its pid and start time, so
-// a reused pid is not mistaken for it), holds the lock in exclusive mode,
+// server backend is alive, is the same backend (its pid, started before the
+// election, so a reused pid is not mistaken for it), holds the lock in
+// exclusive mode,
 // and its term is the lock's published token. The check runs on the
 // server in one statement (pgadvisory.current_leader, migration 00007),
 // which needs no privilege on lockgen's tables.

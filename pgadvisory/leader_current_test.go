@@ -114,8 +114,9 @@ func TestCurrentLeaderAfterProcessKilled(t *testing.T) {
 // TestCurrentLeaderIsTheSameBackend: CurrentLeader reports a leader only
 // while the backend recorded by its election holds the lock: not another
 // backend that took the lock afterwards (a plain session lock), and not a
-// backend with the same pid but another start time (a reused pid, made
-// here by editing the row's start time; the control puts it back).
+// backend with the same pid that started after the election (a reused pid,
+// made here by moving the row's election time before the backend's start;
+// the control puts it back).
 func TestCurrentLeaderIsTheSameBackend(t *testing.T) {
 	admin := migrated.DB(t)
 	w := witness.Of(admin)
@@ -128,14 +129,18 @@ func TestCurrentLeaderIsTheSameBackend(t *testing.T) {
 			require.Equal(t, term, leader.Term)
 			require.EqualValues(t, w.Holder(t, key).PID, leader.PID)
 
-			shift := func(by string) {
-				_, err := admin.ExecContext(ctx, `UPDATE pgadvisory.leader SET backend_start = backend_start + $2::interval WHERE lock_id = $1`, key, by)
+			var elected, started time.Time
+			require.NoError(t, admin.QueryRowContext(ctx, `SELECT l.elected_at, a.backend_start FROM pgadvisory.leader AS l
+				JOIN pg_stat_activity AS a ON a.pid = l.pid WHERE l.lock_id = $1`, key).Scan(&elected, &started))
+			require.True(t, started.Before(elected))
+			setElected := func(at time.Time) {
+				_, err := admin.ExecContext(ctx, `UPDATE pgadvisory.leader SET elected_at = $2 WHERE lock_id = $1`, key, at)
 				require.NoError(t, err)
 			}
-			shift("1 microsecond")
+			setElected(started)
 			_, err = d.CurrentLeader(ctx, key)
-			require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "another backend with the same pid")
-			shift("-1 microsecond")
+			require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "a backend with the same pid that started after the election")
+			setElected(elected)
 			_, err = d.CurrentLeader(ctx, key)
 			require.NoError(t, err, "control: the same backend again")
 

@@ -9,10 +9,7 @@ import (
 // connection that holds the session lock, outside any transaction, so the
 // statement is its own transaction and its commit, forced durable by
 // leader_elect, makes the term and the leader row visible before fn runs.
-// The backend's start time is read as the caller, who can always see its
-// own session; it tells a reused pid apart in CurrentLeader.
-const electSQL = `SELECT term, elected_at FROM pgadvisory.leader_elect($1::bigint, $2::text, $3::text,
-  (SELECT a.backend_start FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = pg_catalog.pg_backend_pid()))`
+const electSQL = `SELECT term, elected_at FROM pgadvisory.leader_elect($1::bigint, $2::text, $3::text)`
 
 // elect publishes the next term of c's lock on q, the connection that holds
 // it, and returns it. Its error is an *Error with Op "elect".

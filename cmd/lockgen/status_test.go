@@ -306,7 +306,7 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 
 	elected := make(chan int64, 1)
 	resign := make(chan struct{})
-	done := make(chan error, 2)
+	done, waiterDone := make(chan error, 1), make(chan error, 1)
 	go func() {
 		done <- pgadvisory.Lead(ctx, db, key, func(ctx context.Context, term int64) error {
 			elected <- term
@@ -317,7 +317,7 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 	term := <-elected
 	waiterCtx, stopWaiter := context.WithCancel(ctx)
 	go func() {
-		done <- pgadvisory.Lead(waiterCtx, db, key, func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
+		waiterDone <- pgadvisory.Lead(waiterCtx, db, key, func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
 	}()
 	require.Eventually(t, func() bool {
 		_, out, _ := lockgen("status", "-db", u)
@@ -347,9 +347,9 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 	require.WithinDuration(t, time.Now(), leaders[0].Since, time.Minute)
 
 	stopWaiter()
+	require.ErrorIs(t, <-waiterDone, context.Canceled)
 	close(resign)
 	require.NoError(t, <-done)
-	<-done
 	require.Eventually(t, func() bool {
 		_, out, _ := lockgen("status", "-db", u)
 		return !strings.Contains(out, keyText)

@@ -17,14 +17,13 @@ type PgadvisoryFence struct {
 	PublishedAt time.Time
 }
 
-// lockgen leader election: the last leader elected for each lock (pgadvisory.leader_elect). A row alone does not mean that its leader still leads: pgadvisory.current_leader(lock_id) confirms it (the backend pid, started at backend_start, is alive and holds the lock, and term is the published fencing token).
+// lockgen leader election: the last leader elected for each lock (pgadvisory.leader_elect). A row alone does not mean that its leader still leads: pgadvisory.current_leader(lock_id) confirms it (the backend pid, started before elected_at, is alive and holds the lock, and term is the published fencing token).
 type PgadvisoryLeader struct {
-	LockID       int64
-	Holder       string
-	Term         int64
-	Pid          int32
-	BackendStart sql.NullTime
-	ElectedAt    time.Time
+	LockID    int64
+	Holder    string
+	Term      int64
+	Pid       int32
+	ElectedAt time.Time
 }
 
 // lockgen registry: the name of each known advisory-lock ID. Plain locks have NULL params and declared_params; a registered instance of a parameterized lock has params, its canonical parameter text by name ({"tenant_id": "42"}), and the declared_params it was registered with (they define the ID). An ID registered again under another name (a rename that kept the ID) takes the last name registered. pgadvisory.status looks names up here.
@@ -75,7 +74,7 @@ type PgadvisoryStatus struct {
 	State           sql.NullString
 	WaitEvent       sql.NullString
 	BlockedBy       interface{}
-	LeaderHolder    string
-	LeaderTerm      int64
-	LeaderSince     time.Time
+	LeaderHolder    sql.NullString
+	LeaderTerm      sql.NullInt64
+	LeaderSince     sql.NullTime
 }
