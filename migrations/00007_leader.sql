@@ -100,19 +100,22 @@ BEGIN
     END IF;
     PERFORM pg_catalog.pg_advisory_lock(p_lock_id);
 
-    -- As fence_acquire's publish.
+    -- As fence_acquire's publish: the next token, over the previous one,
+    -- waiting at most p_publish_timeout for writers that hold the fence row
+    -- FOR SHARE with the previous token (then 55P03, lock_not_available).
+    -- UPDATE first: after the first election of a lock its rows exist, and
+    -- a plain UPDATE costs less than INSERT … ON CONFLICT. No exception
+    -- block (a subtransaction in every election) to reword 55P03: the
+    -- runtime reports it as the publish step's timeout.
     v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);
     term := pg_catalog.nextval('pgadvisory.fencing_token_seq');
-    BEGIN
+    UPDATE pgadvisory.fence AS f SET token = term, published_at = pg_catalog.now()
+    WHERE f.lock_id = p_lock_id AND f.token < term;
+    IF NOT FOUND THEN
         INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES (p_lock_id, term)
         ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = pg_catalog.now()
         WHERE f.token < excluded.token;
-    EXCEPTION WHEN lock_not_available THEN
-        RAISE EXCEPTION 'pgadvisory: publishing term % for lock % waited % for writes still in flight with the previous token',
-            term, p_lock_id, p_publish_timeout
-            USING ERRCODE = '55P03',
-                  HINT = 'A transaction writing with the previous holder''s token is still open (it holds the fence row FOR SHARE); retry later.';
-    END;
+    END IF;
     IF NOT FOUND THEN
         SELECT f.token INTO v_current FROM pgadvisory.fence AS f WHERE f.lock_id = p_lock_id;
         RAISE EXCEPTION 'pgadvisory: the fencing token sequence is behind: it issued term % for lock %, but token % is already published; the sequence went backwards (a restored backup, an asynchronous failover)',
@@ -124,10 +127,14 @@ BEGIN
     v_set := pg_catalog.set_config('lock_timeout', v_previous, true);
 
     elected_at := pg_catalog.now();
-    INSERT INTO pgadvisory.leader AS l (lock_id, holder, term, pid, elected_at)
-    VALUES (p_lock_id, p_holder, term, v_pid, elected_at)
-    ON CONFLICT (lock_id) DO UPDATE
-    SET holder = excluded.holder, term = excluded.term, pid = excluded.pid, elected_at = excluded.elected_at;
+    UPDATE pgadvisory.leader AS l SET holder = p_holder, term = leader_elect.term, pid = v_pid, elected_at = leader_elect.elected_at
+    WHERE l.lock_id = p_lock_id;
+    IF NOT FOUND THEN
+        INSERT INTO pgadvisory.leader AS l (lock_id, holder, term, pid, elected_at)
+        VALUES (p_lock_id, p_holder, term, v_pid, elected_at)
+        ON CONFLICT (lock_id) DO UPDATE
+        SET holder = excluded.holder, term = excluded.term, pid = excluded.pid, elected_at = excluded.elected_at;
+    END IF;
 
     -- The commit of this statement's transaction must be durable before the
     -- leader acts, whatever the server, database, role or session says.

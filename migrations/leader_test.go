@@ -156,3 +156,41 @@ func leaderSchema(t *testing.T, db *sql.DB) string {
 		to_regprocedure('pgadvisory.current_leader(bigint)'))`).Scan(&objs))
 	return view + "\n" + objs
 }
+
+// TestLeaderElectPublishRules: the term is published as a fenced holder's
+// token is: it waits at most the publish timeout for a writer still in
+// flight with the previous token (55P03, nothing published, the caller
+// still holds the lock), and refuses a sequence that went backwards
+// (LF004). Control: once the writer ends, the election publishes.
+func TestLeaderElectPublishRules(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := context.Background()
+	key := testdb.Key(t)
+	old := fencing.Publish(t, db, key)
+
+	writer, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = writer.Rollback() }()
+	_, err = writer.ExecContext(ctx, `SELECT pgadvisory.fence_require_current($1, $2, NULL, NULL)`, key, old)
+	require.NoError(t, err)
+
+	holder := conn(t, db)
+	_, err = holder.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	var term int64
+	err = holder.QueryRowContext(ctx, `SELECT term FROM pgadvisory.leader_elect($1, 'h', '100ms')`, key).Scan(&term)
+	sqlstate.Require(t, err, "55P03")
+	require.Equal(t, old, fencing.Published(t, db, key))
+	var held bool
+	require.NoError(t, holder.QueryRowContext(ctx, `SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&held))
+	require.True(t, held, "a failed election leaves the caller's lock as it was")
+
+	require.NoError(t, writer.Rollback())
+	require.NoError(t, holder.QueryRowContext(ctx, `SELECT term FROM pgadvisory.leader_elect($1, 'h', '100ms')`, key).Scan(&term))
+	require.Greater(t, term, old)
+
+	ahead := fencing.PublishAhead(t, db, key)
+	err = holder.QueryRowContext(ctx, `SELECT term FROM pgadvisory.leader_elect($1, 'h', '100ms')`, key).Scan(&term)
+	sqlstate.Require(t, err, "LF004")
+	require.Equal(t, ahead, fencing.Published(t, db, key))
+}

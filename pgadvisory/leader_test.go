@@ -14,6 +14,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -369,5 +370,21 @@ func TestLeadNotMigrated(t *testing.T) {
 		require.Equal(t, "elect", pe.Op)
 		frontdoor.RequireIdle(t, d)
 		require.ErrorIs(t, d.Campaign(ctx, key, func(context.Context, int64) error { return nil }), pgadvisory.ErrNotMigrated)
+	})
+}
+
+// TestLeadSequenceBehind: an election whose term would not be above the
+// published token (the sequence went backwards) fails with ErrStaleToken,
+// Op "elect", before fn, and releases the lock.
+func TestLeadSequenceBehind(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEach(t, func(t *testing.T, d frontdoor.Door) {
+		ctx := testdb.Context(t)
+		key := testdb.Key(t)
+		fencing.PublishAhead(t, admin, key)
+		err := d.Lead(ctx, key, notCalledLead(t))
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrStaleToken, "elect", "LF004")
+		require.Empty(t, witness.Of(admin).Holds(t, key))
+		frontdoor.RequireIdle(t, d)
 	})
 }
