@@ -34,9 +34,17 @@
 //     replicas' timing falls ([ErrAlreadyDone]).
 //   - [RunExclusiveRepo]: a sqlc-style repository (New(DBTX) or WithTx)
 //     under a lock in one line.
+//   - [Lead]: leader election on a session lock, with the rules of
+//     RunSession. The candidate waits in the lock's queue; once elected,
+//     a term is published on its connection (a fencing token, durable
+//     before fn runs) and fn runs with it, so writes a deposed leader makes
+//     with its term ([RunFenced], [SetFencingToken]) are rejected once a
+//     newer leader is elected ([ErrStaleToken]). [Campaign] campaigns again
+//     after each leadership, [CurrentLeader] tells who leads now
+//     ([ErrNoLeader] once the leader's backend is gone).
 //
-// Fencing, run-once and the lock registry ([Register]) need lockgen's
-// schema: call [Migrate] at start-up.
+// Fencing, run-once, leader election and the lock registry ([Register])
+// need lockgen's schema: call [Migrate] at start-up.
 //
 // # What it guards against
 //

@@ -22,11 +22,13 @@ import (
 // is sent, whether it was passed to the call or declared with the lock
 // (the message says which):
 //
-//   - [WithHolder] applies to RunOnce only; [WithCheckInterval],
-//     [WithCheckTimeout] and [WithSessionPooler] to RunSession only;
-//     [WithTxOptions], [WithPgxTxOptions] and [WithFencing] to the
+//   - [WithHolder] applies to RunOnce and Lead only; [WithCheckInterval],
+//     [WithCheckTimeout] and [WithSessionPooler] to RunSession and Lead
+//     only; [WithTxOptions], [WithPgxTxOptions] and [WithFencing] to the
 //     transaction-scoped calls (RunExclusive, RunExclusiveRepo, RunOnce),
-//     not to RunSession.
+//     not to RunSession or Lead.
+//   - Lead (and Campaign) with [WithShared] (two shared holders would both
+//     lead) or [WithLocks] (one leadership, one lock, one term).
 //   - [WithTxOptions] and [WithPgxTxOptions] together: give one.
 //   - RunOnce with [WithShared]: two shared holders would both run fn for
 //     one window.
@@ -174,7 +176,7 @@ func WithObserver(observe func(Event)) Option {
 }
 
 // WithCheckInterval sets how often a session lock ([RunSession],
-// [RunSessionPgx]) checks that its connection is alive and still holds the
+// [RunSessionPgx], a leadership of [Lead]) checks that its connection is alive and still holds the
 // lock: the pause between the end of one check and the start of the next.
 // A lock lost in a way the server reports (its backend terminated, the
 // connection closed or reset) cancels the work's context within about one

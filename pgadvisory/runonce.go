@@ -78,8 +78,9 @@ func (l Lock) RunOncePgx(ctx context.Context, pool *pgxpool.Pool, window string,
 	return RunOncePgx(ctx, pool, l.ID, window, fn, l.named(opts)...)
 }
 
-// WithHolder names the caller in the run-once ledger's holder column. The
-// default is "<hostname>/<pid>".
+// WithHolder names the caller: in the run-once ledger's holder column
+// ([RunOnce]), or as the leader ([Lead]: [Leader].Holder, lockgen status).
+// The default is "<hostname>/<pid>".
 func WithHolder(holder string) Option {
 	return optionFunc(func(c *config) { c.mark(optHolder); c.holder = holder })
 }
