@@ -250,3 +250,22 @@ func ExampleLock_CampaignPgx() {
 	// Output:
 	// leaderships: 1 err: <nil>
 }
+
+func ExampleLock_CurrentLeaderPgx() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	exampleMigrate(ctx, stdlib.OpenDBFromPool(pool))
+	consumer := pgadvisory.Lock{Name: "tenants.consumer", ID: exampleLockID("lock_current_leader_pgx")}
+
+	_ = consumer.LeadPgx(ctx, pool, func(ctx context.Context, term int64) error {
+		leader, err := consumer.CurrentLeaderPgx(ctx, pool)
+		fmt.Println("leader:", leader.Holder, "term matches:", leader.Term == term, err)
+		return nil
+	}, pgadvisory.WithHolder("consumer-7"))
+	_, err := consumer.CurrentLeaderPgx(ctx, pool)
+	fmt.Println("after:", errors.Is(err, pgadvisory.ErrNoLeader))
+	// Output:
+	// leader: consumer-7 term matches: true <nil>
+	// after: true
+}
