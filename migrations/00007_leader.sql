@@ -8,11 +8,12 @@
 --
 -- leader_elect checks that the calling backend holds the advisory lock
 -- lock_id at session level in exclusive mode (without reading pg_locks,
--- which costs a scan of the whole lock table: see the function), draws the next token from pgadvisory.fencing_token_seq
--- and publishes it in pgadvisory.fence for lock_id exactly as the fenced
--- acquisition does (waiting at most publish_timeout for writes still in
--- flight with the previous token: 55P03; LF004 when a newer token is already
--- published, i.e. the sequence went backwards), and records the leader in
+-- which costs a scan of the whole lock table: see the function), draws the
+-- next token from pgadvisory.fencing_token_seq and publishes it in
+-- pgadvisory.fence for lock_id exactly as the fenced acquisition does
+-- (waiting at most publish_timeout for writes still in flight with the
+-- previous token: 55P03; LF004 when a newer token is already published,
+-- i.e. the sequence went backwards), and records the leader in
 -- pgadvisory.leader. It forces synchronous_commit = on for its transaction
 -- when it is off, so the term is durable before the leader acts. The term IS
 -- a fencing token: RunFenced / SetFencingToken with an older term fail with
