@@ -66,6 +66,7 @@ var errorTypes = []struct {
 	{pgadvisory.ErrStatementPooler, "statement_pooler"},
 	{pgadvisory.ErrIsolationLevel, "isolation_level"},
 	{pgadvisory.ErrNotMigrated, "not_migrated"},
+	{pgadvisory.ErrNoLeader, "no_leader"},
 	{pgadvisory.ErrInvalidArgument, "invalid_argument"},
 	{pgadvisory.ErrConnect, "connect"},
 	{pgadvisory.ErrConnLost, "conn_lost"},

@@ -44,6 +44,7 @@ var sentinels = map[string]struct {
 	"ErrTruncateRefused":   {pgadvisory.ErrTruncateRefused, "truncate_refused"},
 	"ErrAlreadyDone":       {pgadvisory.ErrAlreadyDone, "already_done"},
 	"ErrNotMigrated":       {pgadvisory.ErrNotMigrated, "not_migrated"},
+	"ErrNoLeader":          {pgadvisory.ErrNoLeader, "no_leader"},
 	"ErrInvalidArgument":   {pgadvisory.ErrInvalidArgument, "invalid_argument"},
 }
 
