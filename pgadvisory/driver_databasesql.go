@@ -153,6 +153,17 @@ func (d *databaseSQLTx) statementTimeout(ctx context.Context) (text string, ms i
 // databaseSQLSession is a database/sql connection held for a session lock.
 type databaseSQLSession struct{ conn *sql.Conn }
 
+// databaseSQLSessions opens session-lock connections from db.
+func databaseSQLSessions(db *sql.DB) func(context.Context) (sessionConn, error) {
+	return func(ctx context.Context) (sessionConn, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &databaseSQLSession{conn: conn}, nil
+	}
+}
+
 func (s *databaseSQLSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	return s.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
 }

@@ -195,6 +195,17 @@ func (d *pgxTx) statementTimeout(ctx context.Context) (text string, ms int64, er
 // pgxSession is a pgx pool connection held for a session lock.
 type pgxSession struct{ conn *pgxpool.Conn }
 
+// pgxSessions opens session-lock connections from pool.
+func pgxSessions(pool *pgxpool.Pool) func(context.Context) (sessionConn, error) {
+	return func(ctx context.Context) (sessionConn, error) {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &pgxSession{conn: conn}, nil
+	}
+}
+
 func (s *pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	return s.conn.QueryRow(ctx, query, args...).Scan(dest...)
 }

@@ -36,8 +36,10 @@ import (
 // (Op "watch" or "release") if leadership was lost first, whatever fn
 // returned. A panic in fn releases the lock and goes on to the caller.
 //
-// Lead follows the rules of [RunSession]: it takes one connection from db
-// for the whole leadership, and refuses a connection behind a transaction
+// Lead follows the rules of [RunSession]: its lock shares db's session
+// connections with the pool's other session locks ([SetSessionConns]; a
+// candidate that must wait waits on a connection of its own, which joins
+// them once elected), and it refuses a connection behind a transaction
 // pooler ([ErrTransactionPooler], unless [WithSessionPooler] declares a
 // session-mode pooler) or on a hot standby ([ErrStandby]). Give the elector
 // a direct connection (a pool of its own) where the application's other
@@ -49,7 +51,11 @@ import (
 // [WithShared] (two shared holders would both lead), [WithLocks] (one
 // leadership, one lock, one term), [WithFencing] (the term already is the
 // token) and the transaction options. A failed publish (Op "elect")
-// releases the lock before fn runs. See [Campaign] for a candidate that
+// releases the lock before fn runs; the publish waits for writes still in
+// flight with the previous term (they hold its fence row) for at most 5s
+// or 4/5 of the check timeout, whichever is shorter, and then fails with
+// [ErrLockTimeout], so that a connection shared with other locks is never
+// cut off in the middle of it. See [Campaign] for a candidate that
 // campaigns again after each leadership ends.
 func Lead(ctx context.Context, db *sql.DB, lockID int64, fn func(ctx context.Context, term int64) error, opts ...Option) error {
 	c, err := newCall(lockID, opts, famLead, "*sql.DB", db == nil, fn == nil)
@@ -59,13 +65,7 @@ func Lead(ctx context.Context, db *sql.DB, lockID int64, fn func(ctx context.Con
 	if err := c.setLead(); err != nil {
 		return err
 	}
-	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &databaseSQLSession{conn: conn}, nil
-	}, c.leadership(fn))
+	return runSession(ctx, c, db, databaseSQLSessions(db), c.leadership(fn))
 }
 
 // LeadPgx is [Lead] for a pgx pool.
@@ -77,13 +77,7 @@ func LeadPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(ctx 
 	if err := c.setLead(); err != nil {
 		return err
 	}
-	return runSession(ctx, c, func(ctx context.Context) (sessionConn, error) {
-		conn, err := pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &pgxSession{conn: conn}, nil
-	}, c.leadership(fn))
+	return runSession(ctx, c, pool, pgxSessions(pool), c.leadership(fn))
 }
 
 // Lead is [Lead] on l.

@@ -16,9 +16,19 @@ const electSQL = `SELECT term, elected_at FROM pgadvisory.leader_elect($1::bigin
 func (c *config) elect(ctx context.Context, q sessionQuerier) (int64, error) {
 	var term int64
 	var electedAt time.Time
-	args := []any{c.ids[0], c.holder, lockTimeoutSetting(defaultPublishTimeout)}
+	args := []any{c.ids[0], c.holder, lockTimeoutSetting(c.electPublishTimeout())}
 	if err := q.queryRow(ctx, electSQL, args, &term, &electedAt); err != nil {
 		return 0, c.failure(ctx, "elect", err)
 	}
 	return term, nil
+}
+
+// electPublishTimeout bounds how long an election's publish waits for
+// writes still in flight with the previous term (they hold its fence row):
+// fencing's publish timeout, but under the statement bound of a shared
+// session connection (the check timeout), so that the server gives up
+// first, with ErrLockTimeout, and the connection and the other locks on it
+// live on.
+func (c *config) electPublishTimeout() time.Duration {
+	return min(defaultPublishTimeout, c.checkTimeout*4/5)
 }

@@ -74,13 +74,7 @@ func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.C
 	if err != nil {
 		return err
 	}
-	return runSession(ctx, c, db, func(ctx context.Context) (sessionConn, error) {
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &databaseSQLSession{conn: conn}, nil
-	}, fn)
+	return runSession(ctx, c, db, databaseSQLSessions(db), fn)
 }
 
 // RunSessionPgx is [RunSession] for a pgx pool.
@@ -89,13 +83,7 @@ func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn fun
 	if err != nil {
 		return err
 	}
-	return runSession(ctx, c, pool, func(ctx context.Context) (sessionConn, error) {
-		conn, err := pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &pgxSession{conn: conn}, nil
-	}, fn)
+	return runSession(ctx, c, pool, pgxSessions(pool), fn)
 }
 
 // RunSession is [RunSession] on l.

@@ -23,22 +23,10 @@ func TestSessionOnLockedHook(t *testing.T) {
 	}
 	doors := []door{
 		{"database/sql", func(ctx context.Context, c *config, fn func(context.Context) error) error {
-			return runSession(ctx, c, db, func(ctx context.Context) (sessionConn, error) {
-				conn, err := db.Conn(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return &databaseSQLSession{conn: conn}, nil
-			}, fn)
+			return runSession(ctx, c, db, databaseSQLSessions(db), fn)
 		}},
 		{"pgx", func(ctx context.Context, c *config, fn func(context.Context) error) error {
-			return runSession(ctx, c, pool, func(ctx context.Context) (sessionConn, error) {
-				conn, err := pool.Acquire(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return &pgxSession{conn: conn}, nil
-			}, fn)
+			return runSession(ctx, c, pool, pgxSessions(pool), fn)
 		}},
 	}
 	holderPID := func(t *testing.T, key int64) (pid int32) {
