@@ -159,4 +159,3 @@ func TestLeadSharedConnKilled(t *testing.T) {
 		frontdoor.RequireIdle(t, door)
 	})
 }
-

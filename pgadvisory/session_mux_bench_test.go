@@ -34,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -264,6 +265,19 @@ func BenchmarkSessionMemory(b *testing.B) {
 		db := testdb.DB(b)
 		run(b, func(key int64, fn func(context.Context) error) error {
 			return pgadvisory.RunSession(ctx, db, key, fn)
+		})
+	}) // Leaderships: a session lock each, plus its term.
+	b.Run("pgx_lead", func(b *testing.B) {
+		migrated.DB(b)
+		pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 4 })
+		run(b, func(key int64, fn func(context.Context) error) error {
+			return pgadvisory.LeadPgx(ctx, pool, key, func(ctx context.Context, _ int64) error { return fn(ctx) })
+		})
+	})
+	b.Run("stdlib_lead", func(b *testing.B) {
+		db := migrated.DB(b)
+		run(b, func(key int64, fn func(context.Context) error) error {
+			return pgadvisory.Lead(ctx, db, key, func(ctx context.Context, _ int64) error { return fn(ctx) })
 		})
 	})
 }
