@@ -28,7 +28,7 @@ var (
 	// statement_timeout ended before WithWait's timeout ([RunExclusive] on
 	// database/sql, which cannot lift it at no cost): the error then names
 	// the setting and its value and carries SQLSTATE 57014.
-	ErrLockTimeout = errors.New("pgadvisory: timed out waiting for the lock (lock_timeout, SQLSTATE 55P03)")
+	ErrLockTimeout = errors.New("pgadvisory: timed out waiting for the lock")
 
 	// ErrDeadlock reports that the server detected a deadlock (SQLSTATE 40P01)
 	// while taking the lock or inside fn. The transaction was aborted, the lock

@@ -75,7 +75,7 @@ func ExampleLock_RunExclusive() {
 	})
 	fmt.Println("holder:", err)
 	// Output:
-	// a waiter on reports.daily_email: pgadvisory: timed out waiting for the lock (lock_timeout, SQLSTATE 55P03)
+	// a waiter on reports.daily_email: pgadvisory: timed out waiting for the lock
 	// holder: <nil>
 }
 
