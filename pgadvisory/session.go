@@ -184,19 +184,27 @@ func runSessionLock(ctx context.Context, c *config, acquire func(context.Context
 			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
 			panic(r)
 		}
-		switch {
-		case lost != nil:
-			err = &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, err)}
-		case unreleased != nil:
-			e := &Error{Op: "release", LockIDs: c.ids, Name: c.name, SQLState: SQLState(unreleased), Kind: ErrLockLost, Err: joinErr(unreleased, err)}
-			c.emit(Event{Kind: EventError, Err: e})
-			err = e
-		case err != nil || ctx.Err() != nil:
-			err = c.fnFailure(ctx, err)
-		}
+		err = c.sessionOutcome(ctx, lost, unreleased, err)
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
 	}()
 	return fn(workCtx)
+}
+
+// sessionOutcome is a session lock call's result once its locks are
+// released: a loss the watcher saw (lost) or the release found
+// (unreleased) wins over fn's error, which it carries along.
+func (c *config) sessionOutcome(ctx context.Context, lost, unreleased, fnErr error) error {
+	switch {
+	case lost != nil:
+		return &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, fnErr)}
+	case unreleased != nil:
+		e := &Error{Op: "release", LockIDs: c.ids, Name: c.name, SQLState: SQLState(unreleased), Kind: ErrLockLost, Err: joinErr(unreleased, fnErr)}
+		c.emit(Event{Kind: EventError, Err: e})
+		return e
+	case fnErr != nil || ctx.Err() != nil:
+		return c.fnFailure(ctx, fnErr)
+	}
+	return nil
 }
 
 // openedSession is what openSession learned about a session lock's

@@ -48,16 +48,7 @@ func runSessionMux(ctx context.Context, c *config, p *sessionPool, fn func(conte
 			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
 			panic(r)
 		}
-		switch {
-		case lost != nil:
-			err = &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, err)}
-		case unreleased != nil:
-			e := &Error{Op: "release", LockIDs: c.ids, Name: c.name, SQLState: SQLState(unreleased), Kind: ErrLockLost, Err: joinErr(unreleased, err)}
-			c.emit(Event{Kind: EventError, Err: e})
-			err = e
-		case err != nil || ctx.Err() != nil:
-			err = c.fnFailure(ctx, err)
-		}
+		err = c.sessionOutcome(ctx, lost, unreleased, err)
 		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
 	}()
 	return fn(workCtx)
