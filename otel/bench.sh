@@ -55,18 +55,20 @@ status=0
   -ratio 'Observer/noop : Observer/none' \
   -ratio 'Observer/sdk_floor : Observer/none' \
   -ratio 'Observer/otel : Observer/sdk_floor' \
+  -ratio 'Observer/sdk_floor_unsampled : Observer/none' \
+  -ratio 'Observer/otel_unsampled : Observer/sdk_floor_unsampled' \
   "$OUT") || status=$?
 
 # BenchmarkObserverPaired reports, per pass, the ratio of each row's median
 # single-call time to none's; print the median over passes and the range.
 echo
 echo "ObserverPaired: median single-call time ÷ none's (median over passes, min–max)"
-for row in noop otel otel_unsampled sdk_floor; do
+for row in noop otel otel_unsampled sdk_floor sdk_floor_unsampled; do
   grep '^BenchmarkObserverPaired' "$OUT" |
     awk -v key="$row/none" '{ for (i = 2; i < NF; i++) if ($(i+1) == key) print $i }' |
     sort -g | awk -v row="$row" '{ v[NR] = $1 } END {
       if (NR == 0) exit
       m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-      printf "  %-16s %.3f  (%.3f–%.3f, %d passes)\n", row, m, v[1], v[NR], NR }'
+      printf "  %-20s %.3f  (%.3f–%.3f, %d passes)\n", row, m, v[1], v[NR], NR }'
 done
 exit "$status"

@@ -19,7 +19,9 @@ package lockgenotel_test
 //   - sdk_floor: no observer, but the least the SDK does for what otel
 //     records: a sampled span around the call and three measurements with
 //     one attribute set built beforehand. otel minus sdk_floor is what this
-//     package adds to the SDK's own cost.
+//     package adds to the SDK's own cost;
+//   - sdk_floor_unsampled: the same with the unsampled tracer (a span that
+//     records nothing, and the three measurements): otel_unsampled's floor.
 //
 // BenchmarkObserverPaired runs the same rows interleaved call by call and
 // compares the medians of the single calls' times; BenchmarkObserverAlone
@@ -146,21 +148,29 @@ func benchRows(b *testing.B) (*pgxpool.Pool, []benchRow) {
 	}
 	sampled := benchObserver(b, sdktrace.AlwaysSample())
 	unsampled := benchObserver(b, sdktrace.NeverSample())
-	floor := newSDKFloor(b)
+	floor := newSDKFloor(b, sdktrace.AlwaysSample())
+	floorUnsampled := newSDKFloor(b, sdktrace.NeverSample())
 	return pool, []benchRow{
 		{"none", call()},
 		{"noop", call(pgadvisory.WithObserver(func(pgadvisory.Event) {}))},
 		{"otel", call(sampled.Option())},
 		{"otel_unsampled", call(unsampled.Option())},
-		{"sdk_floor", func() error {
-			sctx, span := floor.tracer.Start(ctx, "lock")
-			err := lock.RunExclusivePgx(sctx, pool, empty)
-			floor.wait.Record(sctx, 0.0001, floor.attrs)
-			floor.hold.Record(sctx, 0.0001, floor.attrs)
-			floor.attempts.Add(sctx, 1, floor.attrs)
-			span.End()
-			return err
-		}},
+		{"sdk_floor", floor.call(ctx, lock, pool, empty)},
+		{"sdk_floor_unsampled", floorUnsampled.call(ctx, lock, pool, empty)},
+	}
+}
+
+// call is a RunExclusivePgx call inside the least the SDK does for it: a
+// span around it and three measurements.
+func (f *sdkFloor) call(ctx context.Context, lock pgadvisory.Lock, pool *pgxpool.Pool, fn func(pgx.Tx) error) func() error {
+	return func() error {
+		sctx, span := f.tracer.Start(ctx, "lock")
+		err := lock.RunExclusivePgx(sctx, pool, fn)
+		f.wait.Record(sctx, 0.0001, f.attrs)
+		f.hold.Record(sctx, 0.0001, f.attrs)
+		f.attempts.Add(sctx, 1, f.attrs)
+		span.End()
+		return err
 	}
 }
 
@@ -173,9 +183,9 @@ type sdkFloor struct {
 	attrs      metric.MeasurementOption
 }
 
-func newSDKFloor(b *testing.B) *sdkFloor {
+func newSDKFloor(b *testing.B, sampler sdktrace.Sampler) *sdkFloor {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(dropSpans{}))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(dropSpans{}))
 	b.Cleanup(func() {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
