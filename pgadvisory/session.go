@@ -257,33 +257,52 @@ func (c *config) openSession(ctx context.Context, conn sessionConn) (openedSessi
 }
 
 // checkPooler decides about a connection that goes through a pooler
-// (server pid and announced pid differ). It asks the pooler to open a
-// transaction: one in statement mode refuses (ErrStatementPooler). Session
-// and transaction mode both accept, and no client can tell them apart (a
-// transaction pooler with few clients keeps giving a client the same server
-// connection, as session mode does), so the call is refused with
-// ErrTransactionPooler unless the caller declared session mode
-// (WithSessionPooler). On error the connection has been released or
-// discarded.
+// (server pid and announced pid differ), as probePooler finds it: a pooler
+// in statement mode is refused (ErrStatementPooler), one in transaction or
+// session mode too (ErrTransactionPooler) unless the caller declared
+// session mode (WithSessionPooler). On error the connection has been
+// released or discarded.
 func (c *config) checkPooler(ctx context.Context, conn sessionConn, pid int32, announced uint32) error {
-	seen := fmt.Errorf("server pid %d, announced pid %d", pid, announced)
-	if err := conn.simpleExec(ctx, "BEGIN"); err != nil {
-		conn.discard()
-		if classify(err) == ErrStatementPooler {
-			return c.refusal(ctx, "begin", ErrStatementPooler, fmt.Errorf("%w; the pooler refused BEGIN: %w", seen, err))
-		}
-		return c.failure(ctx, "begin", err)
-	}
-	if err := conn.simpleExec(ctx, "ROLLBACK"); err != nil {
+	kind, detail, err := probePooler(ctx, conn, pid, announced)
+	switch {
+	case err != nil:
 		conn.discard()
 		return c.failure(ctx, "begin", err)
-	}
-	if !c.sessionPooler {
+	case kind == ErrStatementPooler:
+		conn.discard()
+		return c.refusal(ctx, "begin", kind, detail)
+	case !c.sessionPooler:
 		conn.release()
-		return c.refusal(ctx, "begin", ErrTransactionPooler, fmt.Errorf("%w: a pooler in transaction or session mode, "+
-			"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", seen))
+		return c.refusal(ctx, "begin", kind, detail)
 	}
 	return nil
+}
+
+// probePooler asks a pooler in the path of conn (server pid and announced
+// pid differ) to open a transaction. One in statement mode refuses: kind
+// ErrStatementPooler. Session and transaction mode both accept, and no
+// client can tell them apart (a transaction pooler with few clients keeps
+// giving a client the same server connection, as session mode does): kind
+// ErrTransactionPooler, which only WithSessionPooler overrides. detail says
+// what was seen; err is a failure of the connection itself.
+func probePooler(ctx context.Context, conn sessionConn, pid int32, announced uint32) (kind, detail, err error) {
+	if err := conn.simpleExec(ctx, "BEGIN"); err != nil {
+		if classify(err) == ErrStatementPooler {
+			return ErrStatementPooler, fmt.Errorf("server pid %d, announced pid %d; the pooler refused BEGIN: %w", pid, announced, err), nil
+		}
+		return nil, nil, err
+	}
+	if err := conn.simpleExec(ctx, "ROLLBACK"); err != nil {
+		return nil, nil, err
+	}
+	return ErrTransactionPooler, undeclaredPooler(pid, announced), nil
+}
+
+// undeclaredPooler is the detail of a refusal of a pooler in transaction
+// or session mode.
+func undeclaredPooler(pid int32, announced uint32) error {
+	return fmt.Errorf("server pid %d, announced pid %d: a pooler in transaction or session mode, "+
+		"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", pid, announced)
 }
 
 // lockSession sends the lock statement. A set not granted whole is

@@ -305,25 +305,18 @@ func (sc *sharedConn) openConn(octx context.Context) {
 		return
 	}
 	if known && announced != uint32(sc.pid) {
-		seen := fmt.Errorf("server pid %d, announced pid %d", sc.pid, announced)
-		if err := conn.simpleExec(octx, "BEGIN"); err != nil {
-			conn.discard()
-			if classify(err) == ErrStatementPooler {
-				fail(func(ctx context.Context, c *config) error {
-					return c.refusal(ctx, "begin", ErrStatementPooler, fmt.Errorf("%w; the pooler refused BEGIN: %w", seen, err))
-				})
-				return
-			}
-			fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
-			return
-		}
-		if err := conn.simpleExec(octx, "ROLLBACK"); err != nil {
+		kind, detail, err := probePooler(octx, conn, sc.pid, announced)
+		switch {
+		case err != nil:
 			conn.discard()
 			fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
 			return
+		case kind == ErrStatementPooler:
+			conn.discard()
+			fail(func(ctx context.Context, c *config) error { return c.refusal(ctx, "begin", kind, detail) })
+			return
 		}
-		sc.pooled = fmt.Errorf("%w: a pooler in transaction or session mode, "+
-			"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", seen)
+		sc.pooled = detail
 	}
 	sc.p.mu.Lock()
 	sc.conn = conn

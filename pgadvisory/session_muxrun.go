@@ -203,8 +203,7 @@ func (p *sessionPool) wait(ctx context.Context, l *muxLock, start time.Time) (*s
 	sc := newSharedConn(p)
 	sc.conn, sc.pid = conn, s.pid
 	if announced, known := conn.announcedPID(); known && announced != uint32(s.pid) {
-		sc.pooled = fmt.Errorf("server pid %d, announced pid %d: a pooler in transaction or session mode, "+
-			"which a client cannot tell apart; if it is in session mode (PgBouncer pool_mode=session), declare it with WithSessionPooler", s.pid, announced)
+		sc.pooled = undeclaredPooler(s.pid, announced)
 	}
 	close(sc.ready)
 	p.mu.Lock()
