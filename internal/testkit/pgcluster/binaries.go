@@ -18,6 +18,11 @@ import (
 // PostgreSQL server binaries. When set, no other directory is searched.
 const EnvBinDir = "LOCKGEN_PG_BINDIR"
 
+// EnvPgBouncer is the environment variable naming the pgbouncer binary.
+// When set, no other place is searched: set it to a path that does not
+// exist to see how the PgBouncer tests behave on a machine without it.
+const EnvPgBouncer = "LOCKGEN_PGBOUNCER"
+
 // errUnavailable marks errors that mean "this machine cannot run throwaway
 // servers" (missing binaries, no postgres OS user, unsupported OS): the test
 // is skipped locally and fails under CI. Other errors always fail the test.
@@ -103,6 +108,12 @@ func hasExecutables(dir string, names []string) bool {
 
 // findPgBouncer returns the path of the pgbouncer binary.
 func findPgBouncer() (string, error) {
+	if p := os.Getenv(EnvPgBouncer); p != "" {
+		if !hasExecutables(filepath.Dir(p), []string{filepath.Base(p)}) {
+			return "", fmt.Errorf("%w: pgbouncer not found at %s (%s)", errUnavailable, p, EnvPgBouncer)
+		}
+		return p, nil
+	}
 	if p, err := exec.LookPath("pgbouncer"); err == nil {
 		return p, nil
 	}
@@ -111,5 +122,5 @@ func findPgBouncer() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: pgbouncer not found in PATH or /usr/sbin (Debian: apt-get install pgbouncer)", errUnavailable)
+	return "", fmt.Errorf("%w: pgbouncer not found in PATH or /usr/sbin (Debian: apt-get install pgbouncer; or set %s)", errUnavailable, EnvPgBouncer)
 }

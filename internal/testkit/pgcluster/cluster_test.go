@@ -80,6 +80,52 @@ func TestMissingBinariesSkipLocallyAndFailInCI(t *testing.T) {
 	require.Contains(t, r.msg, "CI is set")
 }
 
+func TestMissingPgBouncerSkipsLocallyAndFailsInCI(t *testing.T) {
+	t.Setenv(pgcluster.EnvPgBouncer, t.TempDir()+"/pgbouncer")
+
+	t.Setenv("CI", "")
+	r := record(t, func(tb testing.TB) {
+		pgcluster.StartPgBouncer(tb, "postgres://postgres@127.0.0.1:1/postgres", "session")
+	})
+	require.True(t, r.skipped, "without CI a missing pgbouncer skips")
+	require.False(t, r.failed)
+	require.Contains(t, r.msg, pgcluster.EnvPgBouncer)
+
+	t.Setenv("CI", "true")
+	r = record(t, func(tb testing.TB) {
+		pgcluster.StartPgBouncer(tb, "postgres://postgres@127.0.0.1:1/postgres", "session")
+	})
+	require.True(t, r.failed, "under CI a missing pgbouncer fails")
+	require.False(t, r.skipped)
+	require.Contains(t, r.msg, "CI is set")
+}
+
+// TestPgBouncerTestsWithoutPgBouncer runs TestPgBouncerPoolsInFrontOfTarget,
+// whose later steps use what its first subtest started, in a child process
+// on a machine without pgbouncer (LOCKGEN_PGBOUNCER names nothing): it
+// skips, and fails when CI is set.
+func TestPgBouncerTestsWithoutPgBouncer(t *testing.T) {
+	if os.Getenv(pgcluster.EnvPgBouncer) != "" {
+		t.Skip("in a child process")
+	}
+	sharedCluster(t) // skip (or fail under CI) as the child would without PostgreSQL
+	child := func(ci string) (string, error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPgBouncerPoolsInFrontOfTarget$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), pgcluster.EnvPgBouncer+"="+t.TempDir()+"/pgbouncer", "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := child("")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "--- SKIP: TestPgBouncerPoolsInFrontOfTarget ", out)
+	require.NotContains(t, out, "--- FAIL", out)
+
+	out, err = child("true")
+	require.Error(t, err, out)
+	require.Contains(t, out, "--- FAIL: TestPgBouncerPoolsInFrontOfTarget ", out)
+	require.Contains(t, out, "CI is set", out)
+}
+
 func TestStandbyStreamsAndCleansUp(t *testing.T) {
 	primary := sharedCluster(t)
 	pconn := connect(t, primary.URL())
@@ -132,6 +178,11 @@ func TestPgBouncerPoolsInFrontOfTarget(t *testing.T) {
 		require.Equal(t, "transaction", showConfig(t, admin, "pool_mode"))
 		require.Equal(t, "2", showConfig(t, admin, "default_pool_size"))
 	})
+	if url == "" {
+		// The subtest skipped: no pgbouncer on this machine (under CI it
+		// failed instead).
+		t.Skip("no pgbouncer: the transaction subtest skipped")
+	}
 	require.False(t, reachable(url), "pgbouncer still answers at %s", url)
 
 	// Control for the pid check: a direct connection announces the backend.

@@ -27,7 +27,7 @@
 // The PostgreSQL binaries (initdb, pg_ctl, postgres, pg_basebackup) are taken
 // from the directory named by LOCKGEN_PG_BINDIR, else from the newest
 // /usr/lib/postgresql/*/bin (Debian, Ubuntu) or /usr/pgsql-*/bin (RHEL), else
-// from PATH. PgBouncer is looked up in PATH and /usr/sbin. When they are
+// from PATH. PgBouncer is the binary LOCKGEN_PGBOUNCER names, else the one in PATH or /usr/sbin. When they are
 // missing, the calling test is skipped, or fails when the CI environment
 // variable is set (see testdb.InCI), so a CI run cannot pass by skipping.
 //
