@@ -40,6 +40,18 @@ func fail(t testing.TB, err error) {
 	t.Skip(err.Error())
 }
 
+// Binary returns the path of a PostgreSQL client or server program (for
+// example "pg_dump" or "psql") from the directory the clusters' binaries
+// come from. It skips t (fails it under CI) when the program is missing.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := findPostgres(name)
+	if err != nil {
+		fail(t, err)
+	}
+	return filepath.Join(dir, name)
+}
+
 // findPostgres returns the first candidate directory holding all of the
 // named PostgreSQL binaries.
 func findPostgres(names ...string) (string, error) {
