@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
+	"github.com/pressly/goose/v3/database"
 
 	"github.com/lockgen/lockgen/migrations"
 )
@@ -67,7 +67,8 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     leader_term and leader_since.
 //
 // It is idempotent: when everything is applied it only reads the version
-// table and takes no lock. Concurrent callers (every replica at start-up) are
+// table and checks in the catalogs that the objects of the applied
+// migrations exist, and takes no lock. Concurrent callers (every replica at start-up) are
 // safe: pending migrations are applied under the session advisory lock
 // [MigrationLockID], which Migrate waits for up to five minutes or until ctx
 // ends, and each migration runs in its own transaction.
@@ -77,6 +78,13 @@ const defaultMigrationLockWait = 5 * time.Minute
 // driver Migrate detects a pooler the way [RunSession] does and returns an
 // error wrapping [ErrTransactionPooler] before taking any lock.
 //
+// It judges the schema by its objects, not only by the version table, and
+// refuses, changing nothing, a version table that records migrations whose
+// objects are gone (a restore that left the schema pgadvisory out) and a
+// schema that another migration tool applied: the error says which
+// ([MigrationStatus.Drift]) and [Migrator.Reconcile] repairs either. A hot
+// standby is refused with [ErrStandby] before anything is sent.
+//
 // pgx users wrap their pool: Migrate(ctx, stdlib.OpenDBFromPool(pool)), or
 // use [NewMigratorPgx]. [Migrator] also migrates to a version, rolls back
 // and reports the status.
@@ -84,7 +92,8 @@ const defaultMigrationLockWait = 5 * time.Minute
 // Errors are an [*Error] with Op "migrate" (the message starts with
 // "pgadvisory: migrate:") that wraps the cause: goose's, the driver's, or
 // ctx.Err(). Its Kind is [ErrInvalidArgument] for a nil db,
-// [ErrTransactionPooler] for a pooler, and nil otherwise.
+// [ErrTransactionPooler] for a pooler, [ErrStandby] for a hot standby, and
+// nil otherwise.
 func Migrate(ctx context.Context, db *sql.DB) error {
 	m, err := NewMigrator(db)
 	if err != nil {
@@ -98,10 +107,14 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 // database, like a goose Provider on migrations.FS with lockgen's version
 // table and lock. [Migrate] is Migrator.Up.
 //
-// Up, UpTo, Down and DownTo take the session advisory lock
-// [MigrationLockID] (waiting as [WithMigrationLockWait] says), so they
-// exclude each other and Migrate across processes, and refuse a pooler
-// with [ErrTransactionPooler] first. Each migration runs in its own
+// Up, UpTo, Down, DownTo and Reconcile take the session advisory lock
+// [MigrationLockID] (waiting as [WithMigrationLockWait] says, reporting the
+// holder as [WithMigrationLockReport] asks), so they exclude each other and
+// Migrate across processes, and refuse a hot standby with [ErrStandby] and
+// a pooler with [ErrTransactionPooler] first. Up, UpTo, Down and DownTo
+// refuse a version table that disagrees with the schema's objects (see
+// [MigrationStatus.Drift]). When a migration fails, the results of those
+// that ran before it are returned with the error. Each migration runs in its own
 // transaction. Status takes no lock and changes nothing. Bad requests (an
 // unknown version, a version below zero, rolling back a database without
 // lockgen's schema) are refused before anything is sent that could change
@@ -109,10 +122,12 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 //
 // A Migrator is safe for concurrent use.
 type Migrator struct {
-	db       *sql.DB
-	closeDB  bool // db wraps a pgx pool for NewMigratorPgx
-	list     []Migration
-	lockWait time.Duration
+	db          *sql.DB
+	closeDB     bool // db wraps a pgx pool for NewMigratorPgx
+	list        []Migration
+	lockWait    time.Duration
+	reportEvery time.Duration // WithMigrationLockReport
+	report      func(MigrationLockHolder)
 }
 
 // MigratorOption configures a [Migrator].
@@ -153,6 +168,12 @@ func newMigrator(db *sql.DB, closeDB bool, opts []MigratorOption) (*Migrator, er
 			o(m)
 		}
 	}
+	if m.report != nil && m.reportEvery < 100*time.Millisecond {
+		return nil, migrateError(ErrInvalidArgument, fmt.Errorf("WithMigrationLockReport(%v, …): at least 100ms", m.reportEvery))
+	}
+	if m.report == nil {
+		m.reportEvery = 0
+	}
 	if m.lockWait < time.Second {
 		return nil, migrateError(ErrInvalidArgument, fmt.Errorf("WithMigrationLockWait(%v): at least 1s", m.lockWait))
 	}
@@ -174,11 +195,16 @@ func (m *Migrator) Migrations() []Migration { return append([]Migration(nil), m.
 // Latest is the highest version m knows.
 func (m *Migrator) Latest() int64 { return m.list[len(m.list)-1].Version }
 
-// MigrationResult is one migration that Up, UpTo, Down or DownTo ran.
+// MigrationResult is one migration that Up, UpTo, Down, DownTo or
+// Reconcile ran or recorded.
 type MigrationResult struct {
 	Migration Migration
 	Up        bool          // applied (true) or rolled back (false)
 	Duration  time.Duration // how long it took
+	// Recorded is set by Reconcile for a migration it only recorded in the
+	// version table (Up: its objects already existed) or removed from it
+	// (not Up: its objects were gone); none of its SQL ran.
+	Recorded bool
 }
 
 // Up applies every pending migration; with nothing pending it returns no
@@ -199,8 +225,18 @@ func (m *Migrator) UpTo(ctx context.Context, version int64) ([]MigrationResult, 
 }
 
 func (m *Migrator) up(ctx context.Context, version int64, step string) ([]MigrationResult, error) {
-	if err := refusePooler(ctx, m.db); err != nil {
+	if err := preflight(ctx, m.db); err != nil {
 		return nil, err
+	}
+	// The objects, not only the version table: a version table that
+	// claims migrations whose objects are gone would make Up a silent
+	// no-op, and a schema another tool applied would fail at migration 1.
+	st, err := m.settledStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !st.InStep() {
+		return nil, migrateError(nil, prefixed(step, errors.New(st.Drift())))
 	}
 	p, err := m.provider()
 	if err != nil {
@@ -213,18 +249,136 @@ func (m *Migrator) up(ctx context.Context, version int64, step string) ([]Migrat
 		res, err = p.UpTo(ctx, version)
 	}
 	if err != nil {
-		return m.results(res), migrateError(nil, prefixed(step, err))
+		return m.results(res, err), migrateError(nil, prefixed(step, err))
 	}
-	return m.results(res), nil
+	return m.results(res, nil), nil
+}
+
+// Reconcile makes the version table agree with the schema's objects, then
+// applies the pending migrations like Up. It is for the two cases that Up
+// refuses (see [MigrationStatus.Drift]):
+//
+//   - another migration tool applied lockgen's schema, so the version table
+//     is missing or records nothing: the migrations whose objects exist are
+//     recorded as applied;
+//   - the version table records migrations whose objects are gone (a
+//     restore that left the schema pgadvisory out): those records are
+//     removed, and Up creates the objects again. The fencing token sequence
+//     then starts again at 1 (see README's failover notes on advancing it).
+//
+// It works only when the objects are exactly those of the migrations up to
+// one version ([MigrationStatus.Reconcilable]); otherwise it changes
+// nothing and its error says what is missing. Records are changed in one
+// transaction under the migration lock. A database already in step is
+// only brought up to date.
+func (m *Migrator) Reconcile(ctx context.Context) ([]MigrationResult, error) {
+	if err := preflight(ctx, m.db); err != nil {
+		return nil, err
+	}
+	recorded, err := m.reconcileRecords(ctx)
+	if err != nil {
+		return recorded, err
+	}
+	res, err := m.up(ctx, math.MaxInt64, "reconcile: ")
+	return append(recorded, res...), err
+}
+
+// settledStatus is Status, read again under the migration lock when the
+// version table and the objects disagree: Status reads them one after the
+// other, so a migrator committing in between looks like drift.
+func (m *Migrator) settledStatus(ctx context.Context) (*MigrationStatus, error) {
+	st, err := m.Status(ctx)
+	if err != nil || st.InStep() {
+		return st, err
+	}
+	conn, err := m.db.Conn(ctx)
+	if err != nil {
+		return nil, migrateError(nil, err)
+	}
+	defer conn.Close()
+	locker := &migrationLocker{wait: m.lockWait, every: m.reportEvery, report: m.report}
+	if err := locker.SessionLock(ctx, conn); err != nil {
+		return nil, migrateError(nil, err)
+	}
+	defer func() { _ = locker.SessionUnlock(context.WithoutCancel(ctx), conn) }()
+	return m.Status(ctx)
+}
+
+// reconcileRecords changes the version table's records under the
+// migration lock.
+func (m *Migrator) reconcileRecords(ctx context.Context) ([]MigrationResult, error) {
+	conn, err := m.db.Conn(ctx)
+	if err != nil {
+		return nil, migrateError(nil, err)
+	}
+	defer conn.Close()
+	locker := &migrationLocker{wait: m.lockWait, every: m.reportEvery, report: m.report}
+	if err := locker.SessionLock(ctx, conn); err != nil {
+		return nil, migrateError(nil, fmt.Errorf("reconcile: %w", err))
+	}
+	defer func() { _ = locker.SessionUnlock(context.WithoutCancel(ctx), conn) }()
+	st, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.InStep() {
+		return nil, nil
+	}
+	if len(st.Unknown) > 0 {
+		return nil, migrateError(nil, fmt.Errorf("reconcile: the version table records migrations %v, which this lockgen does not know: reconcile with the lockgen that applied them", st.Unknown))
+	}
+	if !st.Reconcilable {
+		return nil, migrateError(nil, fmt.Errorf("reconcile: %s", st.Drift()))
+	}
+	store, err := database.NewStore(database.DialectPostgres, MigrationTable)
+	if err != nil {
+		return nil, migrateError(nil, err)
+	}
+	var out []MigrationResult
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, migrateError(nil, err)
+	}
+	defer tx.Rollback()
+	if !st.Tracked {
+		if err := store.CreateVersionTable(ctx, tx); err != nil {
+			return nil, migrateError(nil, fmt.Errorf("reconcile: creating %s: %w", MigrationTable, err))
+		}
+		if err := store.Insert(ctx, tx, database.InsertRequest{Version: 0}); err != nil {
+			return nil, migrateError(nil, fmt.Errorf("reconcile: %w", err))
+		}
+	}
+	for _, s := range st.Migrations {
+		began := time.Now()
+		switch {
+		case s.Applied && s.Version > st.SchemaVersion:
+			if err := store.Delete(ctx, tx, s.Version); err != nil {
+				return nil, migrateError(nil, fmt.Errorf("reconcile: %w", err))
+			}
+			out = append(out, MigrationResult{Migration: s.Migration, Up: false, Recorded: true, Duration: time.Since(began)})
+		case !s.Applied && s.Version <= st.SchemaVersion:
+			if err := store.Insert(ctx, tx, database.InsertRequest{Version: s.Version}); err != nil {
+				return nil, migrateError(nil, fmt.Errorf("reconcile: %w", err))
+			}
+			out = append(out, MigrationResult{Migration: s.Migration, Up: true, Recorded: true, Duration: time.Since(began)})
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, migrateError(nil, fmt.Errorf("reconcile: %w", err))
+	}
+	return out, nil
 }
 
 // Down rolls back the most recently applied migration. A database without
 // lockgen's version table, or with nothing applied, is refused with
 // [ErrNotMigrated].
 func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
-	st, err := m.Status(ctx)
+	st, err := m.settledStatus(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if !st.InStep() {
+		return nil, migrateError(nil, fmt.Errorf("down: %s", st.Drift()))
 	}
 	if st.Current == 0 {
 		return nil, migrateError(ErrNotMigrated, fmt.Errorf("down: nothing to roll back: %s", st.emptyReason()))
@@ -245,9 +399,12 @@ func (m *Migrator) DownTo(ctx context.Context, version int64) ([]MigrationResult
 	case version > 0 && !ok:
 		return nil, migrateError(ErrInvalidArgument, fmt.Errorf("%s: unknown version %d; this lockgen's migrations are %s (0 removes them all)", step, version, m.versions()))
 	}
-	st, err := m.Status(ctx)
+	st, err := m.settledStatus(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if !st.InStep() {
+		return nil, migrateError(nil, fmt.Errorf("%s: %s", step, st.Drift()))
 	}
 	if st.Current == 0 {
 		return nil, migrateError(ErrNotMigrated, fmt.Errorf("%s: nothing to roll back: %s", step, st.emptyReason()))
@@ -270,7 +427,7 @@ func (m *Migrator) down(ctx context.Context, st *MigrationStatus, version int64,
 			return nil, migrateError(nil, fmt.Errorf("%s: the database has migration %d applied, which this lockgen does not know (its migrations are %s): roll it back with the lockgen version that applied it", step, v, m.versions()))
 		}
 	}
-	if err := refusePooler(ctx, m.db); err != nil {
+	if err := preflight(ctx, m.db); err != nil {
 		return nil, err
 	}
 	p, err := m.provider()
@@ -287,9 +444,9 @@ func (m *Migrator) down(ctx context.Context, st *MigrationStatus, version int64,
 		res, err = p.DownTo(ctx, version)
 	}
 	if err != nil {
-		return m.results(res), migrateError(nil, prefixed(step+": ", err))
+		return m.results(res, err), migrateError(nil, prefixed(step+": ", err))
 	}
-	return m.results(res), nil
+	return m.results(res, nil), nil
 }
 
 // find returns the migration of version.
@@ -314,7 +471,14 @@ func (m *Migrator) versions() string {
 	return s
 }
 
-func (m *Migrator) results(res []*goose.MigrationResult) []MigrationResult {
+// results converts goose's results. goose reports the migrations that ran
+// before a failure only in its PartialError, so err's are added: what ran
+// is reported also when a later migration failed.
+func (m *Migrator) results(res []*goose.MigrationResult, err error) []MigrationResult {
+	var partial *goose.PartialError
+	if errors.As(err, &partial) && len(res) == 0 {
+		res = partial.Applied
+	}
 	out := make([]MigrationResult, 0, len(res))
 	for _, r := range res {
 		if r == nil || r.Source == nil || r.Error != nil {
@@ -342,14 +506,7 @@ func migrateError(kind, err error) error {
 // provider is the goose provider that Up and Down run. Its Close would close
 // db, which belongs to the caller, so it is never closed.
 func (m *Migrator) provider() (*goose.Provider, error) {
-	attempts := uint64((m.lockWait + time.Second - 1) / time.Second)
-	locker, err := lock.NewPostgresSessionLocker(
-		lock.WithLockID(MigrationLockID),
-		lock.WithLockTimeout(1, attempts), // a try every second
-	)
-	if err != nil {
-		return nil, err
-	}
+	locker := &migrationLocker{wait: m.lockWait, every: m.reportEvery, report: m.report}
 	return goose.NewProvider(goose.DialectPostgres, m.db, migrations.FS,
 		goose.WithTableName(MigrationTable),
 		goose.WithDisableGlobalRegistry(true),
@@ -358,18 +515,24 @@ func (m *Migrator) provider() (*goose.Provider, error) {
 	)
 }
 
-// refusePooler returns the migration error of kind ErrTransactionPooler when
-// db's connections go through a pooler, detected as in RunSession. Drivers
-// other than pgx stdlib are not checked.
-func refusePooler(ctx context.Context, db *sql.DB) error {
+// preflight refuses, before any lock or change, a hot standby (kind
+// ErrStandby: it is read-only, and its advisory locks exclude nobody on the
+// primary) and a connection through a pooler (kind ErrTransactionPooler,
+// detected as in RunSession; drivers other than pgx stdlib are not
+// checked for it).
+func preflight(ctx context.Context, db *sql.DB) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return migrateError(nil, err)
 	}
 	defer conn.Close()
 	var pid int32
-	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+	var standby bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recovery()").Scan(&pid, &standby); err != nil {
 		return migrateError(nil, err)
+	}
+	if standby {
+		return migrateError(ErrStandby, errors.New("the server is a hot standby (pg_is_in_recovery() = true), which is read-only: migrate on the primary (with several hosts in the URL, add target_session_attrs=read-write)"))
 	}
 	s := &databaseSQLSession{conn: conn}
 	if announced, ok := s.announcedPID(); ok && announced != uint32(pid) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,14 @@ type Migration struct {
 	// NoTransaction is true when the file says "-- +goose NO TRANSACTION":
 	// its statements must run outside a transaction block.
 	NoTransaction bool
+	// Goose is the file as embedded: the goose migration, with its
+	// annotations ("-- +goose Up", StatementBegin and StatementEnd).
+	Goose string
+	// Drops are the tables and sequences that DownSQL drops, e.g. "table
+	// pgadvisory.run_once": state (the run-once ledger, published fencing
+	// tokens, the token sequence, the registry) that rolling the migration
+	// back destroys, so lockgen migrate down asks for -force.
+	Drops []string
 }
 
 // Name is the file name without the version and extension: "lock_id".
@@ -130,12 +139,23 @@ func parseMigration(name, src string) (Migration, error) {
 	if !seenUp || !seenDown {
 		return Migration{}, fmt.Errorf("migration %s: missing -- +goose Up or Down", name)
 	}
+	downSQL := strings.TrimSpace(down.String()) + "\n"
+	var drops []string
+	for _, m := range dropsState.FindAllStringSubmatch(downSQL, -1) {
+		drops = append(drops, strings.ToLower(m[1])+" "+m[2])
+	}
 	return Migration{
 		Version: v,
 		File:    name,
 		UpSQL:   strings.TrimSpace(up.String()) + "\n",
-		DownSQL: strings.TrimSpace(down.String()) + "\n",
+		DownSQL: downSQL,
+		Goose:   src,
+		Drops:   drops,
 
 		NoTransaction: noTx,
 	}, nil
 }
+
+// dropsState finds the statements of a down section that drop a table or
+// a sequence.
+var dropsState = regexp.MustCompile(`(?im)^\s*DROP\s+(TABLE|SEQUENCE)\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][\w.]*)`)

@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/migrations"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -35,9 +37,19 @@ func TestMigrationsAreTheEmbeddedFiles(t *testing.T) {
 		require.NotContains(t, m.UpSQL, m.DownSQL, "the Down section is not part of Up: %s", m.File)
 		require.Equal(t, m.UpSQL, m.SQL(true))
 		require.Equal(t, m.DownSQL, m.SQL(false))
+		file, err := fs.ReadFile(migrations.FS, m.File)
+		require.NoError(t, err)
+		require.Equal(t, string(file), m.Goose, "Goose is the file as embedded")
+		for _, d := range m.Drops {
+			require.Regexp(t, `^(table|sequence) pgadvisory\.\w+$`, d)
+		}
 	}
 	require.Equal(t, embeddedVersions(t), versions)
 	require.Equal(t, "lock_id", list[0].Name())
+	// The state that rolling back 00002 destroys: the run-once ledger, the
+	// published tokens and the token sequence.
+	require.Equal(t, []string{"table pgadvisory.run_once", "table pgadvisory.fence", "sequence pgadvisory.fencing_token_seq"}, list[1].Drops)
+	require.Empty(t, list[0].Drops, "00001 drops functions and the schema only")
 }
 
 // TestMigrationsAppliedByAnotherTool: the path of teams whose own migration
