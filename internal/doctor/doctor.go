@@ -91,6 +91,10 @@ type Config struct {
 	// Source names where Declared came from, e.g. "locks.yaml", for the
 	// messages.
 	Source string
+	// Uses are the entry points the service calls (lockgen doctor -uses):
+	// the pooler and exclusion checks fail behind a transaction pooler only
+	// when one of them needs a session-level lock. nil means every use.
+	Uses []Use
 }
 
 // Run runs every check and returns their outcomes. It returns an error only
@@ -149,6 +153,7 @@ func runOne(ctx context.Context, name string, e *env) Check {
 type env struct {
 	Config
 	settings map[string]setting
+	probe    *probe // the pooler probe, run once
 }
 
 // setting is one row of pg_settings, as this connection sees it.
@@ -160,7 +165,8 @@ type setting struct {
 var settingNames = []string{
 	"idle_in_transaction_session_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval",
 	"tcp_keepalives_count", "client_connection_check_interval", "max_locks_per_transaction",
-	"max_connections", "max_prepared_transactions", "synchronous_commit", "wal_writer_delay",
+	"max_connections", "max_prepared_transactions", "autovacuum_max_workers", "max_worker_processes",
+	"max_wal_senders", "synchronous_commit", "wal_writer_delay",
 	"synchronous_standby_names", "server_version_num",
 }
 

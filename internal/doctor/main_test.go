@@ -40,6 +40,9 @@ func run(t testing.TB, url, name string, cfg ...doctor.Config) doctor.Check {
 		c = cfg[0]
 	}
 	c.DB = open(t, url)
+	// Closed at once: through a session pooler, idle client connections
+	// keep their server connections.
+	defer c.DB.Close()
 	got, err := doctor.RunCheck(context.Background(), c, name)
 	require.NoError(t, err)
 	require.Equal(t, name, got.Name)

@@ -5,12 +5,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgen/lockgen/keyspace"
 )
@@ -20,80 +16,23 @@ import (
 // transaction pooler with one server connection makes it wait for ever.
 const secondWait = time.Second
 
-// probeRounds is how many times each of two connections asks for its
-// backend pid when looking for a pooler that multiplexes.
-const probeRounds = 3
-
-// checkPooler tells a direct connection from a pooler, and a pooler that
-// keeps each client on one server connection (session pooling) from one
-// that moves clients between server connections (transaction or statement
-// pooling).
-func checkPooler(ctx context.Context, e *env) Check {
-	a, b, err := twoConns(ctx, e.DB)
-	if err != nil {
-		return unanswered("two connections", err)
-	}
-	defer a.Close()
-	defer b.Close()
-	announced, known := announcedPID(a)
-	var seenA, seenB []int32
-	for range probeRounds {
-		for _, side := range []struct {
-			conn *sql.Conn
-			seen *[]int32
-		}{{a, &seenA}, {b, &seenB}} {
-			pid, err := backendPID(ctx, side.conn)
-			if err != nil {
-				return unanswered("pg_backend_pid()", err)
-			}
-			*side.seen = append(*side.seen, pid)
-		}
-	}
-	multiplexed := !same(seenA) || !same(seenB) || overlap(seenA, seenB)
-	proxied := known && announced != uint32(seenA[0])
-	probe := fmt.Sprintf("two connections asked for their backend pid %d times each, alternately: %s and %s", probeRounds, pids(seenA), pids(seenB))
-
-	// A statement pooler refuses transactions of more than one statement.
-	if multiplexed || proxied {
-		if err := twoStatementTx(ctx, a); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return Check{Status: Fail,
-				Detail: fmt.Sprintf("a pooler answers and refuses a transaction of two statements (%v), as PgBouncer's pool_mode=statement does: every lockgen call runs a transaction, so none can work; %s", err, probe),
-				Fix:    "use pool_mode=transaction (transaction locks) or session (also session locks), or connect directly"}
-		}
-	}
-	const txnOnly = "transaction locks (RunExclusive, RunOnce, fencing) work through it; session locks (RunSession), leaders and Migrate do not: their lock would stay on a server connection that other clients get"
-	switch {
-	case multiplexed:
-		via := "a pooler moves clients between server connections"
-		if proxied {
-			via = fmt.Sprintf("a pooler answers (the pid announced at connect, %d, is not the server's) and moves clients between server connections", announced)
-		}
-		return Check{Status: Warn,
-			Detail: fmt.Sprintf("%s, as PgBouncer's pool_mode=transaction does: %s; %s", via, probe, txnOnly),
-			Fix:    "give session locks and lockgen migrate a direct URL (or a session-mode pool); transaction locks may stay on this one"}
-	case proxied:
-		return Check{Status: Warn,
-			Detail: fmt.Sprintf("a pooler answers (the pid announced at connect, %d, is not the server's, %d), but each connection kept its server connection: %s, as in pool_mode=session, where session locks are safe. A transaction pooler can also look like this when it has idle server connections to spare", announced, seenA[0], probe),
-			Fix:    "confirm the pool's mode: session is safe for every lockgen call; transaction mode is safe only for transaction locks"}
-	}
-	detail := fmt.Sprintf("no pooler seen: each connection kept its own backend (%s)", probe)
-	if known {
-		detail += fmt.Sprintf(", and the pid announced at connect is the server's (%d)", announced)
-	}
-	return Check{Status: Pass, Detail: detail}
-}
-
 // checkExclusion takes a session-level lock on one connection and tries it
 // from a second: the second must not get it. It then does the same with
 // transaction-level locks. Every lock it takes is released before it
-// returns.
+// returns. Where the pooler probe proved transaction pooling, it takes no
+// session lock (it would leak): session locks fail there when a declared
+// use needs them, and only transaction locks are tried.
 func checkExclusion(ctx context.Context, e *env) Check {
+	p := e.poolerProbe(ctx)
 	a, b, err := twoConns(ctx, e.DB)
 	if err != nil {
 		return unanswered("two connections", err)
 	}
 	defer a.Close()
 	defer b.Close()
+	if p.err == nil && p.txPooler() {
+		return txPoolerExclusion(ctx, e, p, a, b)
+	}
 	key := probeKey("session")
 	var held []*sql.Conn // one entry per grant, on the connection that got it
 	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
@@ -120,42 +59,82 @@ func checkExclusion(ctx context.Context, e *env) Check {
 		} else {
 			detail += fmt.Sprintf("backends %d and %d both hold it, so the server's advisory-lock functions exclude nobody (a stub implementation: CockroachDB documents its session-level ones as no-ops)", pidA, pidB)
 		}
-		detail += "; " + xactExclusion(ctx, a, b)
+		detail += "; " + xactExclusion(ctx, a, b).text
 		return Check{Status: Fail, Detail: detail,
 			Fix: "connect directly to PostgreSQL, or through a pooler in pool_mode=session, for session locks; lockgen needs PostgreSQL's advisory locks"}
 	}
 	return Check{Status: Pass,
-		Detail: fmt.Sprintf("a second connection (backend %d) could not take the session lock %d that the first (backend %d) held; %s", pidB, key, pidA, xactExclusion(ctx, a, b))}
+		Detail: fmt.Sprintf("a second connection (backend %d) could not take the session lock %d that the first (backend %d) held; %s", pidB, key, pidA, xactExclusion(ctx, a, b).text)}
+}
+
+// txPoolerExclusion is the exclusion check behind a proven transaction
+// pooler: transaction locks are tried; session locks fail when a declared
+// use needs them.
+func txPoolerExclusion(ctx context.Context, e *env, p *probe, a, b *sql.Conn) Check {
+	x := xactExclusion(ctx, a, b)
+	if e.needsSessionPath() {
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("session locks exclude nobody reliably here: the pooler probe proved transaction pooling (%s), so a session lock stays on a server connection that other clients then use (and are granted it again), and its unlock can run on another server connection (\"you don't own a lock\"), leaking it; no session lock was taken, so none leaked; %s; %s",
+				p.evidence(), x.text, e.usesText()),
+			Fix: "give session locks, leader election and Migrate a direct URL or a pool in pool_mode=session; if this service uses only transaction locks, say so: lockgen doctor -uses exclusive"}
+	}
+	detail := fmt.Sprintf("%s; session locks were not tried: transaction pooling was proven and no declared use needs them (%s)", x.text, e.usesText())
+	switch x.outcome {
+	case xactExcludes:
+		return Check{Status: Pass, Detail: detail}
+	case xactExcludesNobody:
+		return Check{Status: Fail, Detail: detail, Fix: "lockgen needs PostgreSQL's advisory locks"}
+	}
+	return Check{Status: Warn, Detail: detail,
+		Fix: "give the pool at least two server connections (PgBouncer's default_pool_size), so that a transaction waiting for another's lock does not wait for its server connection"}
+}
+
+// xactOutcome is what xactExclusion found.
+type xactOutcome int
+
+const (
+	xactNotTested xactOutcome = iota
+	xactExcludes
+	xactExcludesNobody
+)
+
+// xactResult is xactExclusion's outcome and what to print.
+type xactResult struct {
+	outcome xactOutcome
+	text    string
 }
 
 // xactExclusion tries the same with transaction-level locks, as
 // RunExclusive takes them, and says what it found.
-func xactExclusion(ctx context.Context, a, b *sql.Conn) string {
+func xactExclusion(ctx context.Context, a, b *sql.Conn) xactResult {
+	notTested := func(format string, args ...any) xactResult {
+		return xactResult{xactNotTested, "transaction locks not tested: " + fmt.Sprintf(format, args...)}
+	}
 	key := probeKey("xact")
 	txA, err := a.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Sprintf("transaction locks not tested: %v", err)
+		return notTested("%v", err)
 	}
 	defer txA.Rollback()
 	var gotA bool
 	if err := txA.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1)`, key).Scan(&gotA); err != nil || !gotA {
-		return fmt.Sprintf("transaction locks not tested: the first transaction did not get its lock (%v)", err)
+		return notTested("the first transaction did not get its lock (%v)", err)
 	}
 	bctx, cancel := context.WithTimeout(ctx, secondWait)
 	defer cancel()
 	txB, err := b.BeginTx(bctx, nil)
 	if err != nil {
-		return fmt.Sprintf("transaction locks not tested: the second connection got no transaction within %v while the first held one open (%v): a pooler with one server connection?", secondWait, err)
+		return notTested("the second connection got no transaction within %v while the first held one open (%v): a pooler with one server connection?", secondWait, err)
 	}
 	defer txB.Rollback()
 	var gotB bool
 	if err := txB.QueryRowContext(bctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1)`, key).Scan(&gotB); err != nil {
-		return fmt.Sprintf("transaction locks not tested: the second connection got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err)
+		return notTested("the second connection got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err)
 	}
 	if gotB {
-		return "transaction locks exclude nobody either: a second transaction got the transaction lock the first held"
+		return xactResult{xactExcludesNobody, "transaction locks exclude nobody either: a second transaction got the transaction lock the first held"}
 	}
-	return "transaction locks (RunExclusive) exclude too: a second transaction could not take the transaction lock the first held"
+	return xactResult{xactExcludes, "transaction locks (RunExclusive) exclude too: a second transaction could not take the transaction lock the first held"}
 }
 
 // release unlocks key once for every grant in held, on the connection that
@@ -192,77 +171,3 @@ func tryLock(ctx context.Context, c *sql.Conn, key int64) (got bool, pid int32, 
 	return got, pid, err
 }
 
-func twoConns(ctx context.Context, db *sql.DB) (*sql.Conn, *sql.Conn, error) {
-	a, err := db.Conn(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := db.Conn(ctx)
-	if err != nil {
-		a.Close()
-		return nil, nil, err
-	}
-	return a, b, nil
-}
-
-func backendPID(ctx context.Context, c *sql.Conn) (int32, error) {
-	var pid int32
-	err := c.QueryRowContext(ctx, `SELECT pg_catalog.pg_backend_pid()`).Scan(&pid)
-	return pid, err
-}
-
-// announcedPID is the backend pid the server (or a pooler) announced at
-// connect (BackendKeyData); ok is false for drivers other than pgx stdlib.
-func announcedPID(c *sql.Conn) (pid uint32, ok bool) {
-	_ = c.Raw(func(dc any) error {
-		if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
-			pid, ok = pc.Conn().PgConn().PID(), true
-		}
-		return nil
-	})
-	return pid, ok
-}
-
-// twoStatementTx runs a transaction of two statements.
-func twoStatementTx(ctx context.Context, c *sql.Conn) error {
-	tx, err := c.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `SELECT 2`); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func same(pids []int32) bool {
-	for _, p := range pids {
-		if p != pids[0] {
-			return false
-		}
-	}
-	return true
-}
-
-func overlap(a, b []int32) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func pids(ps []int32) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = fmt.Sprint(p)
-	}
-	return "[" + strings.Join(s, " ") + "]"
-}

@@ -1,6 +1,8 @@
 package doctor_test
 
 import (
+	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,27 +14,146 @@ import (
 )
 
 // The pooler and exclusion checks against a direct connection and PgBouncer
-// in each pool mode.
+// in each pool mode, for every use and for transaction locks only.
+
+var (
+	everyUse      = doctor.Config{}
+	exclusiveOnly = doctor.Config{Uses: []doctor.Use{doctor.UseExclusive}}
+)
 
 func TestPoolerDirectConnectionPasses(t *testing.T) {
-	requireStatus(t, run(t, testdb.URL(t), doctor.Pooler), doctor.Pass, "no pooler seen", "the pid announced at connect is the server's")
+	c := run(t, testdb.URL(t), doctor.Pooler)
+	requireStatus(t, c, doctor.Pass, "no pooler seen", "the pid announced at connect is the server's",
+		"sent 5 statements back to back", "was seen by 4 of the 4 that followed", "did not see the first connection's setting")
 }
 
-func TestPoolerWarnsAboutTransactionPooling(t *testing.T) {
+// roundRobin is PgBouncer in mode with server_round_robin=1 and two
+// server connections (default_pool_size=2, the default), both idle when
+// doctor connects.
+func roundRobin(t *testing.T, mode string) string {
+	t.Helper()
+	url := pgcluster.StartPgBouncer(t, testdb.URL(t), mode,
+		pgcluster.WithSetting("server_round_robin", "1"), pgcluster.WithSetting("default_pool_size", "2"))
+	warm(t, url, 2)
+	return url
+}
+
+// warm makes the pooler at url open n server connections (n transactions
+// at once), then leaves them idle.
+func warm(t *testing.T, url string, n int) {
+	t.Helper()
+	ctx := testdb.Context(t)
+	db := open(t, url)
+	db.SetMaxOpenConns(n)
+	var txs []*sql.Tx
+	for range n {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, `SELECT 1`)
+		require.NoError(t, err)
+		txs = append(txs, tx)
+	}
+	for _, tx := range txs {
+		require.NoError(t, tx.Rollback())
+	}
+	require.NoError(t, db.Close())
+}
+
+// alternate is the probe doctor had before: two connections asking for
+// their backend pid in turn, A, B, A, B. It reports whether each kept one
+// backend of its own, which that probe took for session pooling.
+func alternate(t *testing.T, url string) bool {
+	t.Helper()
+	ctx := testdb.Context(t)
+	db := open(t, url)
+	a, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer b.Close()
+	seen := map[*sql.Conn][]int{}
+	for range 3 {
+		for _, c := range []*sql.Conn{a, b} {
+			var pid int
+			require.NoError(t, c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+			seen[c] = append(seen[c], pid)
+		}
+	}
+	t.Logf("alternating probe: %v and %v", seen[a], seen[b])
+	for _, ps := range seen {
+		for _, p := range ps {
+			if p != ps[0] {
+				return false
+			}
+		}
+	}
+	return seen[a][0] != seen[b][0]
+}
+
+// TestPoolerFailsOnTransactionPoolingWithRoundRobin: PgBouncer in
+// transaction mode with server_round_robin=1 and idle server connections
+// keeps two alternating clients on one backend each, as session pooling
+// would (the probe doctor had before passed it). A client's session lock
+// really leaks there: its unlock runs on another backend. Statements sent
+// back to back on one client show the pooler; doctor fails the pooler and
+// exclusion checks for every use, and passes them for transaction locks
+// only.
+func TestPoolerFailsOnTransactionPoolingWithRoundRobin(t *testing.T) {
+	url := roundRobin(t, "transaction")
+	require.True(t, alternate(t, url), "control: alternating clients each keep a backend of their own")
+	requireSessionLockLeaks(t, url)
+
+	warm(t, url, 2)
+	c := run(t, url, doctor.Pooler, everyUse)
+	requireStatus(t, c, doctor.Fail, "one client's statements ran in more than one server session", "pool_mode=transaction",
+		"these do not: session locks (RunSession), leader election (Lead, Campaign), pgadvisory.Migrate", "checked for every entry point")
+	require.Contains(t, c.Fix, "-uses exclusive")
+	requireStatus(t, run(t, url, doctor.Exclusion, everyUse), doctor.Fail,
+		"session locks exclude nobody reliably here", "you don't own a lock", "no session lock was taken", "transaction locks (RunExclusive) exclude too")
+
+	c = run(t, url, doctor.Pooler, exclusiveOnly)
+	requireStatus(t, c, doctor.Pass, "these work: transaction locks (RunExclusive, RunOnce, fencing) [used]", "checked for -uses exclusive")
+	requireStatus(t, run(t, url, doctor.Exclusion, exclusiveOnly), doctor.Pass,
+		"transaction locks (RunExclusive) exclude too", "session locks were not tried")
+	requireNoProbeLocks(t)
+}
+
+// TestPoolerSessionModeWithRoundRobin: the control: the same PgBouncer in
+// session mode keeps each client on its server session. The probe proves
+// nothing (it cannot prove session pooling, and says so): a warning for
+// session-level uses, a pass for transaction locks only; exclusion passes.
+func TestPoolerSessionModeWithRoundRobin(t *testing.T) {
+	url := roundRobin(t, "session")
+	c := run(t, url, doctor.Pooler, everyUse)
+	requireStatus(t, c, doctor.Warn, "a pooler answers", "this probe saw no transaction pooling", "was seen by 4 of the 4 that followed",
+		"A probe can prove transaction pooling, never session pooling")
+	require.Contains(t, c.Fix, "confirm the pool's mode")
+	requireStatus(t, run(t, url, doctor.Pooler, exclusiveOnly), doctor.Pass, "transaction locks work through a pooler in either mode")
+	requireStatus(t, run(t, url, doctor.Exclusion, everyUse), doctor.Pass, "could not take the session lock", "transaction locks (RunExclusive) exclude too")
+	requireNoProbeLocks(t)
+}
+
+// TestPoolerFailsOnTransactionPooling: PgBouncer's default hands a client
+// the most recently used server connection: a second client lands in the
+// first one's server session and sees its setting.
+func TestPoolerFailsOnTransactionPooling(t *testing.T) {
 	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction")
-	requireStatus(t, run(t, bouncer, doctor.Pooler), doctor.Warn,
-		"moves clients between server connections", "pool_mode=transaction", "session locks (RunSession)")
+	requireStatus(t, run(t, bouncer, doctor.Pooler), doctor.Fail,
+		"moves clients between server connections", "a second client ran in the first one's server session", "pool_mode=transaction", "session locks (RunSession)")
+	requireStatus(t, run(t, bouncer, doctor.Pooler, exclusiveOnly), doctor.Pass, "a second client ran in the first one's server session")
 }
 
 func TestPoolerWarnsAboutSessionPooling(t *testing.T) {
 	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "session")
 	requireStatus(t, run(t, bouncer, doctor.Pooler), doctor.Warn,
-		"a pooler answers", "each connection kept its server connection", "pool_mode=session")
+		"a pooler answers", "this probe saw no transaction pooling", "never session pooling")
 }
 
 func TestPoolerFailsOnStatementPooling(t *testing.T) {
 	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "statement")
 	requireStatus(t, run(t, bouncer, doctor.Pooler), doctor.Fail, "refuses a transaction of two statements", "pool_mode=statement")
+	requireStatus(t, run(t, bouncer, doctor.Pooler, exclusiveOnly), doctor.Fail, "refuses a transaction of two statements")
 }
 
 func TestExclusionPassesOnADirectConnection(t *testing.T) {
@@ -44,16 +165,17 @@ func TestExclusionPassesOnADirectConnection(t *testing.T) {
 
 // TestExclusionFailsThroughAMultiplexingPooler: PgBouncer in transaction
 // mode with one server connection hands both client connections the same
-// server session, where a session lock is granted again to its holder. The
-// check sees the second connection get the lock, says why, and releases
-// both grants.
+// server session. Session locks fail without being taken; transaction
+// locks cannot be tried (the second transaction waits for the only server
+// connection), which warns when only transaction locks are used.
 func TestExclusionFailsThroughAMultiplexingPooler(t *testing.T) {
 	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction", pgcluster.WithSetting("default_pool_size", "1"))
 	before := advisoryLocks(t)
 	c := run(t, bouncer, doctor.Exclusion)
-	requireStatus(t, c, doctor.Fail, "a second connection also got the session lock", "both were answered by backend", "multiplexes client connections onto one server session")
+	requireStatus(t, c, doctor.Fail, "session locks exclude nobody reliably here", "a second connection was answered by backend")
 	require.Contains(t, c.Detail, "transaction locks not tested", "one server connection cannot serve a second transaction while the first is open")
-	require.Equal(t, before, advisoryLocks(t), "the check releases every lock it took, through the pooler too")
+	requireStatus(t, run(t, bouncer, doctor.Exclusion, exclusiveOnly), doctor.Warn, "transaction locks not tested", "a pooler with one server connection?")
+	require.Equal(t, before, advisoryLocks(t), "the check leaves no lock behind")
 }
 
 // TestExclusionPassesThroughSessionPooling: the control for the test above:
@@ -74,6 +196,42 @@ func advisoryLocks(t *testing.T) int {
 	return n
 }
 
+// requireSessionLockLeaks takes a session lock through url and unlocks it
+// on the same client connection: the unlock runs on another backend, and
+// the lock stays held after the client has gone. The leaked lock's backend
+// is then terminated.
+func requireSessionLockLeaks(t *testing.T, url string) {
+	t.Helper()
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	db := open(t, url)
+	c, err := db.Conn(ctx)
+	require.NoError(t, err)
+	var got, unlocked bool
+	var lockPID, unlockPID int
+	require.NoError(t, c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1), pg_backend_pid()`, key).Scan(&got, &lockPID))
+	require.True(t, got)
+	require.NoError(t, c.QueryRowContext(ctx, `SELECT pg_advisory_unlock($1), pg_backend_pid()`, key).Scan(&unlocked, &unlockPID))
+	require.NoError(t, c.Close())
+	t.Logf("lock on backend %d, unlock on backend %d: %v", lockPID, unlockPID, unlocked)
+	require.False(t, unlocked, "the unlock ran on another backend: you don't own a lock")
+	require.NotEqual(t, lockPID, unlockPID)
+	var holder int
+	require.NoError(t, testdb.DB(t).QueryRowContext(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&holder))
+	require.Equal(t, lockPID, holder, "the lock leaked: still held by the backend that took it")
+	_, err = testdb.DB(t).ExecContext(ctx, `SELECT pg_terminate_backend($1)`, holder)
+	require.NoError(t, err)
+}
+
+// requireNoProbeLocks: doctor left no lock of its own in the package
+// database (its keys are lockgen.doctor.exclusion instances, never held
+// after a check).
+func requireNoProbeLocks(t *testing.T) {
+	t.Helper()
+	require.Zero(t, advisoryLocks(t), "a check left an advisory lock behind")
+}
+
 // TestExclusionFailsOnAStubImplementation: a server whose advisory-lock
 // functions answer without excluding (a protocol-level double, like
 // CockroachDB's no-op session locks) grants the lock to two backends.
@@ -83,3 +241,5 @@ func TestExclusionFailsOnAStubImplementation(t *testing.T) {
 	requireStatus(t, c, doctor.Fail, "a second connection also got the session lock", "both hold it", "exclude nobody (a stub implementation")
 	require.Contains(t, c.Detail, "transaction locks exclude nobody either")
 }
+
+var _ = context.Background
