@@ -26,27 +26,42 @@ SELECT (SELECT count(*) FROM l),
        COALESCE((SELECT pid FROM top), 0),
        COALESCE((SELECT n FROM top), 0)`
 
+// lockTableSettings are the settings that size the shared lock table, in
+// the order capacity reads them.
+var lockTableSettings = []string{"max_locks_per_transaction", "max_connections", "autovacuum_max_workers",
+	"max_worker_processes", "max_wal_senders", "max_prepared_transactions"}
+
 // checkLockTable compares the shared lock table's capacity with the locks
 // held now and, with declarations, with what they can take at once.
+//
+// PostgreSQL sizes the table for max_locks_per_transaction locks per
+// backend slot and prepared transaction (lock.c: max_locks_per_xact ×
+// (MaxBackends + max_prepared_xacts)), where MaxBackends counts every
+// process that can take locks: max_connections + autovacuum_max_workers +
+// 1 (the autovacuum launcher) + max_worker_processes + max_wal_senders
+// (postinit.c, PostgreSQL 12 to 16; later versions reserve another special
+// worker slot). The table can also grow into spare shared memory, so this
+// capacity is a floor: a session may take more before SQLSTATE 53200.
 func checkLockTable(ctx context.Context, e *env) Check {
-	var v [3]int64
-	for i, name := range []string{"max_locks_per_transaction", "max_connections", "max_prepared_transactions"} {
+	var v [6]int64
+	for i, name := range lockTableSettings {
 		s, _, err := e.setting(ctx, name)
 		if err != nil {
 			return unanswered(name, err)
 		}
 		v[i], _ = strconv.ParseInt(s.value, 10, 64)
 	}
-	perTx, conns, prepared := v[0], v[1], v[2]
-	capacity := perTx * (conns + prepared)
+	perTx, conns, autovacuum, workers, walSenders, prepared := v[0], v[1], v[2], v[3], v[4], v[5]
+	backends := conns + autovacuum + 1 + workers + walSenders
+	capacity := perTx * (backends + prepared)
 	var held, advisory, topN int64
 	var topPID int32
 	if err := e.DB.QueryRowContext(ctx, lockUseSQL).Scan(&held, &advisory, &topPID, &topN); err != nil {
 		return unanswered("pg_locks", err)
 	}
 	used := float64(held) / float64(max(capacity, 1))
-	detail := fmt.Sprintf("capacity max_locks_per_transaction × (max_connections + max_prepared_transactions) = %d × (%d + %d) = %d lock slots; held now %d (%.0f%%), %d of them advisory",
-		perTx, conns, prepared, capacity, held, 100*used, advisory)
+	detail := fmt.Sprintf("capacity max_locks_per_transaction × (max_connections + autovacuum_max_workers + 1 + max_worker_processes + max_wal_senders + max_prepared_transactions) = %d × (%d + %d + 1 + %d + %d + %d) = %d lock slots, as PostgreSQL sizes its shared lock table (every backend slot, autovacuum and background workers and WAL senders too; spare shared memory can add more); held now %d (%.0f%%), %d of them advisory",
+		perTx, conns, autovacuum, workers, walSenders, prepared, capacity, held, 100*used, advisory)
 	if topN > 0 {
 		detail += fmt.Sprintf("; the session holding most is pid %d with %d", topPID, topN)
 	}
