@@ -2,8 +2,6 @@ package pgadvisory_test
 
 import (
 	"database/sql"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/migrations"
@@ -22,32 +21,6 @@ import (
 // the application's own goose table applied, a standby, a partial
 // rollback, a wait for the migration lock.
 
-// restoreWithoutSchema migrates a database, dumps its schema public with
-// pg_dump -n public (lockgen's version table lives there, its schema
-// pgadvisory does not) and restores the dump into a new database, as an
-// operator copying an application's tables would. It returns the new
-// database.
-func restoreWithoutSchema(t *testing.T) (*sql.DB, string) {
-	t.Helper()
-	ctx := testdb.Context(t)
-	_, srcURL := testdb.EmptyDatabase(t)
-	src := openURL(t, srcURL)
-	require.NoError(t, pgadvisory.Migrate(ctx, src))
-	_, err := src.Exec(`CREATE TABLE public.orders (id bigint PRIMARY KEY); INSERT INTO public.orders VALUES (1), (2)`)
-	require.NoError(t, err)
-
-	dump := filepath.Join(t.TempDir(), "public.sql")
-	out, err := exec.CommandContext(ctx, pgcluster.Binary(t, "pg_dump"), "-n", "public", "--no-owner", "-f", dump, srcURL).CombinedOutput()
-	require.NoError(t, err, string(out))
-	_, dstURL := testdb.EmptyDatabase(t)
-	dst := openURL(t, dstURL)
-	_, err = dst.Exec(`DROP SCHEMA public`) // the dump creates it
-	require.NoError(t, err)
-	out, err = exec.CommandContext(ctx, pgcluster.Binary(t, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", dump, dstURL).CombinedOutput()
-	require.NoError(t, err, string(out))
-	return dst, dstURL
-}
-
 // TestMigrateRefusesAVersionTableWithoutItsSchema: after the restore the
 // version table claims every migration and the schema does not exist.
 // Migrate used to say nothing (nothing pending) and leave fencing and
@@ -55,7 +28,7 @@ func restoreWithoutSchema(t *testing.T) (*sql.DB, string) {
 // and Reconcile repairs it.
 func TestMigrateRefusesAVersionTableWithoutItsSchema(t *testing.T) {
 	ctx := testdb.Context(t)
-	db, _ := restoreWithoutSchema(t)
+	db, _ := migrated.RestoredWithoutSchema(t)
 	mg, err := pgadvisory.NewMigrator(db)
 	require.NoError(t, err)
 	latest := mg.Latest()

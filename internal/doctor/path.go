@@ -170,4 +170,3 @@ func tryLock(ctx context.Context, c *sql.Conn, key int64) (got bool, pid int32, 
 	err = c.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1), pg_catalog.pg_backend_pid()`, key).Scan(&got, &pid)
 	return got, pid, err
 }
-

@@ -41,4 +41,20 @@ func TestRegistry(t *testing.T) {
 		"registered differently than declared: reports.daily_email (registered with ID "+strconv.FormatInt(keyspace.ID("reports.daily_email"), 10)+", declared ID 4242)")
 
 	requireStatus(t, run(t, url, doctor.Registry, decls(plain, param, old)), doctor.Pass, "the registry holds the 3 lock(s) locks.yaml declares")
+
+	// The parameters changed, their number did not: tenant_id int64 became
+	// customer_uuid uuid. Doctor compared only the count and passed it.
+	retyped := param
+	retyped.Params = []pgadvisory.DeclaredParam{{Name: "customer_uuid", Type: keyspace.UUID}}
+	c = run(t, url, doctor.Registry, decls(plain, retyped, old))
+	requireStatus(t, c, doctor.Warn, "registered differently than declared: billing.invoice (registered with (tenant_id int64), declared with (customer_uuid uuid))")
+	require.Contains(t, c.Fix, "lockgen register -f locks.yaml")
+	renamed := param
+	renamed.Params = []pgadvisory.DeclaredParam{{Name: "account_id", Type: keyspace.Int64}}
+	requireStatus(t, run(t, url, doctor.Registry, decls(plain, renamed, old)), doctor.Warn, "declared with (account_id int64)")
+	retypedOnly := param
+	retypedOnly.Params = []pgadvisory.DeclaredParam{{Name: "tenant_id", Type: keyspace.String}}
+	requireStatus(t, run(t, url, doctor.Registry, decls(plain, retypedOnly, old)), doctor.Warn, "declared with (tenant_id string)")
+	require.NoError(t, pgadvisory.Register(ctx, db, []pgadvisory.Declared{retyped}))
+	requireStatus(t, run(t, url, doctor.Registry, decls(plain, retyped, old)), doctor.Pass, "as declared")
 }

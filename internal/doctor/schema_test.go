@@ -3,32 +3,40 @@ package doctor_test
 import (
 	"context"
 	"database/sql"
+	"net/url"
+	"strconv"
 	"testing"
 
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/doctor"
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/migrations"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // The schema check on databases in every state: never migrated, partly
-// migrated, migrated, migrated by a newer lockgen, or by another tool.
+// migrated, migrated, rolled back, migrated by a newer lockgen, by another
+// tool, restored from a dump without the schema, and read by a role that
+// may not read the version table.
+
+var fenced = doctor.Config{Source: "locks.yaml", Declared: []pgadvisory.Declared{{Name: "ledger.post", ID: 1, Fencing: true}}}
 
 func TestSchema(t *testing.T) {
 	ctx := context.Background()
 	list, err := pgadvisory.Migrations()
 	require.NoError(t, err)
+	latest := list[len(list)-1].Version
 
 	t.Run("missing", func(t *testing.T) {
 		url := emptyDatabase(t, nil)
-		requireStatus(t, run(t, url, doctor.Schema), doctor.Warn, "lockgen's schema is missing", "RunExclusive and RunSession do not")
-		fenced := doctor.Config{Source: "locks.yaml", Declared: []pgadvisory.Declared{{Name: "ledger.post", ID: 1, Fencing: true}}}
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Warn, "lockgen's schema is missing", "no table public.pgadvisory_db_version", "RunExclusive and RunSession do not")
 		requireStatus(t, run(t, url, doctor.Schema, fenced), doctor.Fail, "declares fenced locks (ledger.post)", "ErrNotMigrated")
 	})
 	t.Run("partly", func(t *testing.T) {
-		if len(list) < 2 {
-			t.Skip("needs two migrations")
-		}
 		url := emptyDatabase(t, nil)
 		m := migrator(t, url)
 		_, err := m.UpTo(ctx, list[0].Version)
@@ -39,8 +47,12 @@ func TestSchema(t *testing.T) {
 		url := emptyDatabase(t, nil)
 		_, err := migrator(t, url).Up(ctx)
 		require.NoError(t, err)
-		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "lockgen's migrations are applied")
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "lockgen's migrations are applied", "the objects they create exist")
+		requireStatus(t, run(t, url, doctor.Schema, fenced), doctor.Pass, "lockgen's migrations are applied")
 	})
+	// Rolled back to 0, the version table exists and records nothing: the
+	// same state as without it, so fenced locks fail here too (they only
+	// warned).
 	t.Run("rolled back", func(t *testing.T) {
 		url := emptyDatabase(t, nil)
 		m := migrator(t, url)
@@ -48,7 +60,8 @@ func TestSchema(t *testing.T) {
 		require.NoError(t, err)
 		_, err = m.DownTo(ctx, 0)
 		require.NoError(t, err)
-		requireStatus(t, run(t, url, doctor.Schema), doctor.Warn, "no lockgen migration is applied")
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Warn, "lockgen's schema is missing", "records no migration")
+		requireStatus(t, run(t, url, doctor.Schema, fenced), doctor.Fail, "declares fenced locks (ledger.post)", "ErrNotMigrated")
 	})
 	t.Run("newer", func(t *testing.T) {
 		url := emptyDatabase(t, nil)
@@ -59,14 +72,101 @@ func TestSchema(t *testing.T) {
 		require.NoError(t, err)
 		requireStatus(t, run(t, url, doctor.Schema), doctor.Warn, "newer than this lockgen")
 	})
+	// Another tool sent every migration's SQL: lockgen's version table is
+	// absent. pgadvisory.Migrate would refuse it, so this fails for every
+	// use and warns when the service does not call Migrate.
 	t.Run("another tool", func(t *testing.T) {
 		url := emptyDatabase(t, nil)
 		for _, m := range list {
 			_, err := openPlain(t, url).Exec("BEGIN;\n" + m.UpSQL + "\nCOMMIT;")
 			require.NoError(t, err)
 		}
-		requireStatus(t, run(t, url, doctor.Schema), doctor.Warn, "another migration tool applied it")
+		c := run(t, url, doctor.Schema)
+		requireStatus(t, c, doctor.Fail, "another migration tool", "up to "+strconv.FormatInt(latest, 10))
+		require.Contains(t, c.Fix, "lockgen migrate up -reconcile")
+		requireStatus(t, run(t, url, doctor.Schema, doctor.Config{Uses: []doctor.Use{doctor.UseExclusive, doctor.UseSession}}), doctor.Warn,
+			"another migration tool", "pgadvisory.Migrate is not used")
 	})
+	// The application's goose table applied lockgen's first migrations, and
+	// a pgadvisory.Migrate failed on them: doctor used to say "lockgen
+	// migrate up", which failed again. It now says what happened and how
+	// to get out, and migrate up -reconcile (Reconcile) does.
+	t.Run("own goose", func(t *testing.T) {
+		url := emptyDatabase(t, nil)
+		db := openPlain(t, url)
+		p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
+		require.NoError(t, err)
+		_, err = p.UpTo(ctx, list[2].Version)
+		require.NoError(t, err)
+		m := migrator(t, url)
+		_, err = m.Up(ctx)
+		require.ErrorContains(t, err, "lockgen migrate up -reconcile")
+		c := run(t, url, doctor.Schema)
+		requireStatus(t, c, doctor.Fail, "another migration tool (your own goose table?)", "up to "+strconv.FormatInt(list[2].Version, 10))
+		require.NotContains(t, c.Fix, "lockgen migrate up -db", "advice that would fail again")
+		require.Contains(t, c.Fix, "lockgen migrate up -reconcile")
+		_, err = m.Reconcile(ctx)
+		require.NoError(t, err)
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "lockgen's migrations are applied")
+	})
+	// pg_dump -n public restored: the version table claims every migration
+	// and the schema does not exist. Doctor used to pass ("all applied").
+	t.Run("restored without the schema", func(t *testing.T) {
+		db, url := migrated.RestoredWithoutSchema(t)
+		c := run(t, url, doctor.Schema)
+		requireStatus(t, c, doctor.Fail, "records migrations up to "+strconv.FormatInt(latest, 10), "the schema pgadvisory does not exist", "pg_dump -n public")
+		require.Contains(t, c.Fix, "lockgen migrate up -reconcile")
+		requireStatus(t, run(t, url, doctor.Schema, fenced), doctor.Fail, "the schema pgadvisory does not exist")
+		_, err := migrator(t, url).Reconcile(ctx)
+		require.NoError(t, err)
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "the objects they create exist")
+		_ = db
+	})
+	t.Run("an object dropped", func(t *testing.T) {
+		url := emptyDatabase(t, nil)
+		_, err := migrator(t, url).Up(ctx)
+		require.NoError(t, err)
+		_, err = openPlain(t, url).Exec(`DROP FUNCTION pgadvisory.fence_acquire(bigint[], boolean, text, text)`)
+		require.NoError(t, err)
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Fail, "1 of their objects are missing: function pgadvisory.fence_acquire(bigint[],boolean,text,text)")
+	})
+}
+
+// TestSchemaAsTheApplicationsRole: the application's own role may not read
+// lockgen's version table, which the migrating role owns. Doctor used to
+// fail schema on it without naming the grant; it now judges the schema by
+// its objects, names the GRANT when the service calls pgadvisory.Migrate,
+// and the GRANT it names fixes it.
+func TestSchemaAsTheApplicationsRole(t *testing.T) {
+	ctx := context.Background()
+	name, url := testdb.EmptyDatabase(t)
+	owner := openPlain(t, url)
+	_, err := migrator(t, url).Up(ctx)
+	require.NoError(t, err)
+	role := fencing.AppRole(t, owner)
+	asRole := urlAs(t, url, role)
+	_ = name
+
+	c := run(t, asRole, doctor.Schema)
+	requireStatus(t, c, doctor.Fail, "the role "+role+" may not read lockgen's version table public.pgadvisory_db_version", "judged by their objects", "pgadvisory.Migrate run by this role fails")
+	require.Contains(t, c.Fix, "GRANT SELECT ON public.pgadvisory_db_version TO "+role)
+	requireStatus(t, run(t, asRole, doctor.Schema, doctor.Config{Uses: []doctor.Use{doctor.UseExclusive}}), doctor.Pass,
+		"judged by their objects", "does not need the version table")
+
+	grant := c.Fix[:len("GRANT SELECT ON public.pgadvisory_db_version TO "+role)]
+	_, err = owner.Exec(grant)
+	require.NoError(t, err, grant)
+	requireStatus(t, run(t, asRole, doctor.Schema), doctor.Pass, "lockgen's migrations are applied")
+	require.NoError(t, pgadvisory.Migrate(ctx, openPlain(t, asRole)), "Migrate with nothing pending works for the role after the GRANT")
+}
+
+// urlAs is url with role as its user.
+func urlAs(t *testing.T, raw, role string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	return u.String()
 }
 
 func migrator(t *testing.T, url string) *pgadvisory.Migrator {

@@ -134,3 +134,7 @@ func (e *env) usesText() string {
 	}
 	return "checked for -uses " + strings.Join(names, ",")
 }
+
+// uses reports whether u is among the declared uses (every use when none
+// was declared).
+func (e *env) uses(u Use) bool { return slices.Contains(e.declaredUses(), u) }

@@ -4,7 +4,8 @@
 //   - testdb: a throwaway database per test package on LOCKGEN_DATABASE_URL,
 //     unique lock keys and schemas per test, a bounded test context, empty
 //     databases.
-//   - migrated: the package database with lockgen's schema applied.
+//   - migrated: the package database with lockgen's schema applied; a
+//     database restored from a dump without it.
 //   - frontdoor: one test body over both front doors (database/sql and
 //     pgx): Door, Tx, Open, ForEach, Hold.
 //   - witness: a pool of its own that sees what a call committed and what
