@@ -2,6 +2,9 @@
 // declared name, from the view pgadvisory.status (migration 00003), and
 // formats them for people (a table) and for tools (JSON). It is the body of
 // lockgen status; the SQL lives in the view, so psql users see the same rows.
+// Without the view, or without the right to read it, the locks come from
+// pg_locks and pg_stat_activity with raw keys; on a hot standby, whose locks
+// are not the primary's, it refuses.
 package status
 
 import (
@@ -140,11 +143,23 @@ WHERE l.locktype = 'advisory' AND l.objsubid = ANY($1::int[])
 // Snapshot is what [Read] found.
 type Snapshot struct {
 	Locks []Lock
-	// Named is false when the database has no view pgadvisory.status
-	// (lockgen's schema is missing): the locks then come from pg_locks
-	// with raw keys, and no name or parameters.
+	// Named is false when the view pgadvisory.status could not be read
+	// (lockgen's schema is missing, or the role may not read the view):
+	// the locks then come from pg_locks with raw keys, and no name or
+	// parameters.
 	Named bool
+	// Unnamed says why Named is false and what gives names; "" when Named.
+	Unnamed string
 }
+
+// ErrStandby is Read's error on a hot standby: advisory locks are local to
+// a server, so the locks that matter are on the primary, invisible here.
+var ErrStandby = errors.New("status: the server is a hot standby (pg_is_in_recovery() = true): advisory locks are local to a server, so the primary's locks are not visible here; " +
+	"run lockgen status against the primary (with several hosts in the URL, add target_session_attrs=read-write)")
+
+// noSchema is Unnamed for a database without lockgen's schema.
+const noSchema = "this database has no lockgen schema (the view pgadvisory.status), so locks show raw keys from pg_locks: " +
+	"names need the schema and the registry (lockgen migrate up, then lockgen register)"
 
 // Read returns every advisory lock held and awaited in db's database,
 // sorted by [Sort]: the view's rows (names from the registry) and the
@@ -153,8 +168,24 @@ type Snapshot struct {
 // and pg_stat_activity, with raw keys (Named false): in an incident the
 // schema may be missing. prefix keeps the names that start with it (""
 // keeps everything; any other prefix drops unnamed locks).
+//
+// On a hot standby it returns [ErrStandby]. A role that may not read the
+// view (a monitoring role with pg_monitor) gets the locks from pg_locks too,
+// and Unnamed names the GRANT that gives it names.
 func Read(ctx context.Context, db *sql.DB, prefix string) (Snapshot, error) {
+	var standby bool
+	if err := db.QueryRowContext(ctx, `SELECT pg_catalog.pg_is_in_recovery()`).Scan(&standby); err != nil {
+		return Snapshot{}, fmt.Errorf("status: %w", err)
+	}
+	if standby {
+		return Snapshot{}, ErrStandby
+	}
 	named, err := Query(ctx, db, prefix)
+	unnamed := noSchema
+	if pgadvisory.SQLState(err) == "42501" { // insufficient_privilege
+		unnamed = viewGrant(ctx, db)
+		err = fmt.Errorf("%w: %w", errNoView, err)
+	}
 	switch {
 	case err == nil:
 		if prefix != "" {
@@ -171,14 +202,27 @@ func Read(ctx context.Context, db *sql.DB, prefix string) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	if prefix != "" {
-		return Snapshot{}, nil
+		return Snapshot{Unnamed: unnamed}, nil
 	}
 	locks, err := readRaw(ctx, db, 1, 2)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	Sort(locks)
-	return Snapshot{Locks: locks}, nil
+	return Snapshot{Locks: locks, Unnamed: unnamed}, nil
+}
+
+// viewGrant says that the role may not read the view, and the GRANT that
+// lets it.
+func viewGrant(ctx context.Context, db *sql.DB) string {
+	role, owner := "<role>", "its owner"
+	var r, o string
+	if err := db.QueryRowContext(ctx, `SELECT pg_catalog.quote_ident(current_user), pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner))
+		FROM pg_catalog.pg_class AS c WHERE c.oid = pg_catalog.to_regclass('pgadvisory.status')`).Scan(&r, &o); err == nil {
+		role, owner = r, o
+	}
+	return fmt.Sprintf("the role %s may not read the view pgadvisory.status (permission denied), so locks show raw keys from pg_locks: "+
+		"names need GRANT SELECT ON pgadvisory.status TO %s (run as %s or a superuser; the view reads the registry with its owner's rights)", role, role, owner)
 }
 
 // readRaw reads the advisory locks of the key spaces given by objsubid.
