@@ -14,30 +14,48 @@ import (
 
 var doctorCmd = &command{
 	name: "doctor",
-	help: `usage: lockgen doctor [-db URL] [-f locks.yaml] [-json]
+	help: `usage: lockgen doctor [-db URL] [-f locks.yaml] [-uses LIST] [-json]
 
 Doctor checks the server and the connection path a service will use, with
-the service's URL (through its pooler, if it has one). It prints one line per
-check: pass, warn or fail, the evidence, and the fix. It exits 1 if any check
-fails and 0 otherwise.
+the service's URL and role (through its pooler, if it has one). It prints
+one line per check: pass, warn or fail, the evidence, and the fix. It exits
+1 if any check fails and 0 otherwise.
 
 	primary                              fails on a hot standby
-	pooler                               warns about a pooler in the path; fails on statement pooling
+	pooler                               proves transaction pooling when it sees it; fails behind it when a
+	                                     declared use needs session locks, and on statement pooling
 	exclusion                            a lock taken on one connection must not be granted to a second
-	schema                               lockgen's migrations, applied at this lockgen's version
+	schema                               lockgen's migrations, applied at this lockgen's version, by the version
+	                                     table and by the objects they create
 	idle_in_transaction_session_timeout  warns when a holder idle in its transaction keeps its locks
 	keepalives                           warns when a vanished holder keeps its locks for long
-	lock_table                           the lock table's capacity against the locks held
+	lock_table                           the lock table's capacity (as PostgreSQL sizes it) against the locks held
 	synchronous_commit                   what it means for fn's writes
-	registry                             with -f: declared but not registered, and the reverse
+	registry                             with -f: declared but not registered, and the reverse, names and
+	                                     parameter types
+
+-uses says which of lockgen's entry points the service calls, comma-separated:
+
+	exclusive  transaction locks: RunExclusive, RunOnce, fencing
+	session    session locks: RunSession
+	lead       leader election: Lead, Campaign
+	migrate    pgadvisory.Migrate at start-up, with this URL and role
+
+Without -uses every one is checked for. Behind a transaction pooler (PgBouncer's
+pool_mode=transaction) transaction locks work and the others do not, so
+-uses exclusive lets such a service pass. The pooler probe can prove
+transaction pooling, never session pooling: through a pooler it cannot
+prove, session-level uses warn.
 
 -json prints {"checks":[{"name":…,"status":"pass"|"warn"|"fail","detail":…,"fix":…}]}.
 The checks take and release locks of their own under fresh keys; they never
-touch a service's locks.
+touch a service's locks. Behind a proven transaction pooler they take no
+session lock.
 `,
 	flags: func(c *cli, fs *flag.FlagSet) {
 		dbFlag(c, fs)
 		fs.StringVar(&c.file, "f", "", "declarations `file`, for the registry and lock_table checks")
+		fs.StringVar(&c.db.uses, "uses", "", "the entry points the service calls: a comma-separated `LIST` of exclusive, session, lead, migrate (default: all)")
 		fs.BoolVar(&c.db.json, "json", false, "print JSON for tools")
 	},
 	run: func(c *cli, fs *flag.FlagSet) int {
@@ -45,6 +63,15 @@ touch a service's locks.
 			return c.usageError("doctor", "unexpected argument %q", fs.Arg(0))
 		}
 		cfg := doctor.Config{}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["uses"] {
+			uses, err := doctor.ParseUses(c.db.uses)
+			if err != nil {
+				return c.usageError("doctor", "-uses: %v", err)
+			}
+			cfg.Uses = uses
+		}
 		if c.file != "" {
 			loaded, err := decl.Load(c.file, decl.LoadOptions{})
 			if err != nil {
@@ -55,13 +82,13 @@ touch a service's locks.
 		db, ctx, done, err := c.openDBWith("doctor", dbOptions{conns: 4, timeout: dbTimeout,
 			// Poolers before PgBouncer 1.21 cannot carry prepared
 			// statements; the URL may choose otherwise.
-			adjust: func(cfg *pgx.ConnConfig) {
-				if !strings.Contains(c.databaseURL(), "default_query_exec_mode") {
+			adjust: func(cfg *pgx.ConnConfig, raw string) {
+				if !strings.Contains(raw, "default_query_exec_mode") {
 					cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 				}
 			}})
 		if err != nil {
-			return c.fail(err)
+			return c.openFailed("doctor", err)
 		}
 		defer done()
 		cfg.DB = db

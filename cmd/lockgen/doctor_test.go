@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -51,18 +52,73 @@ func TestDoctorCommandJSON(t *testing.T) {
 }
 
 // TestDoctorCommandExitsOneOnAFailure: through PgBouncer in transaction
-// mode with one server connection the exclusion check fails; the report
-// is still printed, JSON too.
+// mode with one server connection the pooler and exclusion checks fail;
+// the report is still printed, JSON too.
 func TestDoctorCommandExitsOneOnAFailure(t *testing.T) {
 	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction", pgcluster.WithSetting("default_pool_size", "1"))
 	code, out, _ := lockgen("doctor", "-db", bouncer)
 	require.Equal(t, exitFail, code, out)
-	require.Regexp(t, `(?m)^fail  exclusion: a second connection also got the session lock`, out)
-	require.Regexp(t, `(?m)^warn  pooler: `, out)
+	require.Regexp(t, `(?m)^fail  exclusion: session locks exclude nobody reliably here`, out)
+	require.Regexp(t, `(?m)^fail  pooler: `, out)
 
 	code, out, _ = lockgen("doctor", "-db", bouncer, "-json")
 	require.Equal(t, exitFail, code)
 	require.Contains(t, out, `"status": "fail"`)
+}
+
+// TestDoctorCommandUses: behind PgBouncer in transaction mode with
+// server_round_robin=1 and idle server connections, doctor used to pass
+// pooler (as session pooling) and exclusion and exit 0. It now exits 1 for
+// every use, and 0 for a service that declares transaction locks only,
+// saying what works there and what does not. An unknown use is a usage
+// error.
+func TestDoctorCommandUses(t *testing.T) {
+	_, url := testdb.EmptyDatabase(t)
+	code, _, errOut := lockgen("migrate", "up", "-db", url)
+	require.Equal(t, exitOK, code, errOut)
+	bouncer := pgcluster.StartPgBouncer(t, url, "transaction", pgcluster.WithSetting("server_round_robin", "1"))
+	warmPool(t, bouncer, 2)
+
+	code, out, _ := lockgen("doctor", "-db", bouncer)
+	require.Equal(t, exitFail, code, out)
+	require.Regexp(t, `(?m)^fail  pooler: .*one client's statements ran in more than one server session`, out)
+	require.Regexp(t, `(?m)^fail  exclusion: session locks exclude nobody reliably here`, out)
+
+	for _, uses := range []string{"exclusive", "exclusive, exclusive"} {
+		code, out, errOut = lockgen("doctor", "-db", bouncer, "-uses", uses)
+		if uses != "exclusive" {
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, `lockgen doctor: -uses: "exclusive" is listed twice`)
+			continue
+		}
+		require.Equal(t, exitOK, code, out)
+		require.Regexp(t, `(?m)^pass  pooler: .*these work: transaction locks \(RunExclusive, RunOnce, fencing\) \[used\]; these do not: session locks \(RunSession\), leader election \(Lead, Campaign\), pgadvisory.Migrate`, out)
+		require.Regexp(t, `(?m)^pass  exclusion: transaction locks \(RunExclusive\) exclude too`, out)
+	}
+	code, _, errOut = lockgen("doctor", "-db", bouncer, "-uses", "exclusive,leases")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `lockgen doctor: -uses: unknown use "leases"; want a comma-separated list of exclusive, session, lead, migrate`)
+}
+
+// warmPool makes the pooler at url open n server connections (n
+// transactions at once), then leaves them idle.
+func warmPool(t *testing.T, url string, n int) {
+	t.Helper()
+	ctx := testdb.Context(t)
+	db := openTestDB(t, url+"&default_query_exec_mode=simple_protocol")
+	db.SetMaxOpenConns(n)
+	var txs []*sql.Tx
+	for range n {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, `SELECT 1`)
+		require.NoError(t, err)
+		txs = append(txs, tx)
+	}
+	for _, tx := range txs {
+		require.NoError(t, tx.Rollback())
+	}
+	require.NoError(t, db.Close())
 }
 
 // TestDoctorCommandReadsDeclarations: with -f the registry check compares
@@ -91,7 +147,7 @@ func TestDoctorCommandRefusesBadInputs(t *testing.T) {
 	code, out, errOut := lockgen("doctor", "-db", "postgres://127.0.0.1:1/test?connect_timeout=5")
 	require.Equal(t, exitFail, code)
 	require.Empty(t, out)
-	require.Contains(t, errOut, "lockgen: connecting to 127.0.0.1:1/test")
+	require.Regexp(t, `^lockgen: connecting to \S+@127\.0\.0\.1:1/test \(from -db\): `, errOut)
 
 	code, _, errOut = lockgen("doctor", "-db", testdb.URL(t), "-f", filepath.Join(t.TempDir(), "missing.yaml"))
 	require.Equal(t, exitFail, code)

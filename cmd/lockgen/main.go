@@ -36,13 +36,15 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/lockgen/lockgen/internal/decl"
 )
 
-// Exit statuses.
+// Exit statuses, the same for every command (lockgen -h says so).
 const (
 	exitOK    = 0
-	exitFail  = 1 // invalid declarations, stale output, unreadable files
+	exitFail  = 1 // a check or an operation failed: invalid declarations, stale output, a failing doctor check, an unreachable database
 	exitUsage = 2 // the command line is wrong
 )
 
@@ -69,6 +71,20 @@ Commands:
 Run "lockgen <command> -h" for a command's flags. From go generate:
 
 	//go:generate go tool lockgen generate
+
+Commands that connect take -db URL; without it they read
+$LOCKGEN_DATABASE_URL, else $DATABASE_URL, else libpq's PGHOST, PGPORT,
+PGDATABASE, PGUSER, … as psql does.
+
+Exit status, for every command:
+
+	0  done: the command did what it says, every check passed (or warned)
+	1  a check or an operation failed: invalid declarations, stale
+	   generated code, a failing doctor check, a database that cannot be
+	   reached or refuses the operation
+	2  the command line is wrong: an unknown command, flag or argument, a
+	   version that does not exist, a connection string that cannot be
+	   parsed, a change that needs -force
 `
 
 // command is one subcommand.
@@ -92,8 +108,9 @@ type cli struct {
 	file           string     // -f
 	forgetHistory  bool       // generate -forget-history
 	fence          fenceFlags // lockgen fence's other flags
-	db             dbFlags    // register's and status's database flags
+	db             dbFlags    // the database flags of register, status, doctor and migrate
 	migrate        migrateFlags
+	connected      dbTarget // the database openDB connected to
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -185,5 +202,16 @@ func (c *cli) fail(err error) int {
 	msg = strings.TrimPrefix(msg, "gogen: ")
 	msg = strings.TrimPrefix(msg, "fencegen: ")
 	fmt.Fprintf(c.stderr, "lockgen: %s\n", msg)
+	// The server's detail and hint say why (which object depends on the one
+	// a migration drops, which grant is missing); err's text leaves them out.
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Detail != "" {
+			fmt.Fprintf(c.stderr, "\tdetail: %s\n", pgErr.Detail)
+		}
+		if pgErr.Hint != "" {
+			fmt.Fprintf(c.stderr, "\thint: %s\n", pgErr.Hint)
+		}
+	}
 	return exitFail
 }

@@ -50,12 +50,13 @@ func TestMigrateCommandUpStatusDown(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, fmt.Sprintf("up to date: version %d", latest.Version))
 
-	code, out, errOut = lockgen("migrate", "down", "-db", url)
+	code, out, errOut = lockgen("migrate", "down", "-force", "-db", url)
 	require.Equal(t, exitOK, code, errOut)
+	require.Regexp(t, `(?m)^database \S+/lockgen_test_empty_\w+ \(from -db\)$`, out, "says which database it changes")
 	require.Regexp(t, `(?m)^rolled back `+regexp.QuoteMeta(latest.File), out)
 	require.Equal(t, 1, strings.Count(out, "rolled back"))
 
-	code, out, errOut = lockgen("migrate", "down", "-to", "0", "-db", url)
+	code, out, errOut = lockgen("migrate", "down", "-to", "0", "-force", "-db", url)
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "rolled back "+first.File)
 	require.Contains(t, out, "the database is at version 0")
@@ -88,8 +89,16 @@ func TestMigrateCommandRefusesBadInputs(t *testing.T) {
 
 	fails(exitFail, "nothing to roll back: lockgen's version table public.pgadvisory_db_version does not exist", "migrate", "down", "-db", url)
 	fails(exitFail, "nothing to roll back", "migrate", "down", "-to", "0", "-db", url)
-	fails(exitFail, "unknown version 999", "migrate", "up", "-to", "999", "-db", url)
-	fails(exitFail, "down to -1: below zero", "migrate", "down", "-to", "-1", "-db", url)
+	// A version that does not exist is a wrong command line for every
+	// action (migrate sql -from 9 said 2, migrate up -to 99 said 1).
+	fails(exitUsage, "-to 999: unknown version", "migrate", "up", "-to", "999", "-db", url)
+	fails(exitUsage, "-to 999: unknown version", "migrate", "down", "-to", "999", "-db", url)
+	fails(exitUsage, "unknown version 999", "migrate", "sql", "-from", "999")
+	fails(exitUsage, "-to -1: below zero", "migrate", "down", "-to", "-1", "-db", url)
+	fails(exitUsage, "-to 0 selects no migration to apply", "migrate", "up", "-to", "0", "-db", url)
+	fails(exitUsage, "-force is a flag of migrate down", "migrate", "up", "-force", "-db", url)
+	fails(exitUsage, "-reconcile is a flag of migrate up", "migrate", "down", "-reconcile", "-db", url)
+	fails(exitUsage, "-goose is a flag of migrate sql", "migrate", "up", "-goose", "-db", url)
 	fails(exitUsage, `invalid value "two" for flag -to: "two" is not a version number`, "migrate", "up", "-to", "two", "-db", url)
 	fails(exitUsage, `unknown action "sideways"`, "migrate", "sideways", "-db", url)
 	fails(exitUsage, "missing up, down, status or sql", "migrate")
@@ -98,8 +107,8 @@ func TestMigrateCommandRefusesBadInputs(t *testing.T) {
 
 	// A wrong URL: a database that does not exist, a port nobody listens on.
 	fails(exitFail, "connecting to", "migrate", "up", "-db", strings.Replace(url, "lockgen_test_empty_", "lockgen_missing_", 1))
-	fails(exitFail, "connecting to 127.0.0.1:1/", "migrate", "status", "-db", "postgres://127.0.0.1:1/test?connect_timeout=5")
-	fails(exitFail, "-db: ", "migrate", "status", "-db", "postgres://[::1")
+	fails(exitFail, "@127.0.0.1:1/test (from -db)", "migrate", "status", "-db", "postgres://127.0.0.1:1/test?connect_timeout=5")
+	fails(exitUsage, "-db: cannot parse the connection string", "migrate", "status", "-db", "postgres://[::1")
 }
 
 // TestMigrateCommandRefusesPooler: up through PgBouncer in transaction mode
@@ -116,7 +125,8 @@ func TestMigrateCommandRefusesPooler(t *testing.T) {
 }
 
 // TestMigrateSQLAppliedByAnotherTool: the printed SQL, run as a psql-like
-// script, creates lockgen's schema; the printed down SQL removes it.
+// script, creates lockgen's schema; the printed down SQL removes it. lockgen
+// then sees a schema another tool applied.
 func TestMigrateSQLAppliedByAnotherTool(t *testing.T) {
 	_, url := testdb.EmptyDatabase(t)
 	db := openTestDB(t, url)
@@ -133,6 +143,10 @@ func TestMigrateSQLAppliedByAnotherTool(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT pgadvisory.lock_id('reports.daily_email')`).Scan(&id))
 	require.Equal(t, int64(-6078806957557529815), id)
 	require.False(t, versionTable(t, db), "your tool keeps its own version table")
+
+	code, out, _ := lockgen("migrate", "status", "-db", url)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "another migration tool (your own goose table?) applied them", "it used to say: never migrated")
 
 	code, down, errOut := lockgen("migrate", "sql", "-down")
 	require.Equal(t, exitOK, code, errOut)

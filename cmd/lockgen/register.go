@@ -42,7 +42,7 @@ The database needs lockgen's migrations (pgadvisory.Migrate or goose up).
 		decls := declared(loaded.File)
 		db, ctx, done, err := c.openDB("register")
 		if err != nil {
-			return c.fail(err)
+			return c.openFailed("register", err)
 		}
 		defer done()
 		if err := pgadvisory.Register(ctx, db, decls); err != nil {

@@ -22,16 +22,23 @@ query directly.
 
 -json prints an array of objects with the fields lock_id (a decimal
 string), int4_keys, name, params, mode, state, granted, pid, application_name,
-client_addr, xact_start, xact_age_seconds, backend_state, wait_event and
-blocked_by; unknown values are null.
+client_addr, xact_start, xact_age_seconds, backend_state, wait_event,
+blocked_by and leader ({"holder", "term", "since"} on the row of a backend
+that leads its lock with pgadvisory.Lead, else null); unknown values are
+null. A leadership also shows in the table's last column, LEADER.
 
 Advisory locks taken with two int4 keys (pg_advisory_lock(int, int), a key
 space lockgen does not use) are listed after the others as int4(KEY1,KEY2);
 in JSON their lock_id is null and int4_keys holds the two keys.
 
-On a database without lockgen's schema (no view pgadvisory.status), status
-still lists every advisory lock from pg_locks and pg_stat_activity, with raw
-keys, and a note on stderr says that names need the schema.
+On a database without lockgen's schema (no view pgadvisory.status), or for
+a role that may not read the view (a monitoring role with pg_monitor),
+status still lists every advisory lock from pg_locks and pg_stat_activity,
+with raw keys, and a note on stderr says what gives names (the schema, or
+the GRANT SELECT ON pgadvisory.status that the role needs).
+
+On a hot standby status exits 1 and says so: advisory locks are local to a
+server, so the primary's locks are not visible there.
 
 pg_locks does not tell session-level from transaction-level holds. Seeing
 other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
@@ -47,7 +54,7 @@ other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
 		}
 		db, ctx, done, err := c.openDB("status")
 		if err != nil {
-			return c.fail(err)
+			return c.openFailed("status", err)
 		}
 		defer done()
 		snap, err := status.Read(ctx, db, c.db.prefix)
@@ -62,8 +69,7 @@ other roles' sessions in full needs pg_read_all_stats (or pg_monitor).
 			return c.fail(err)
 		}
 		if !snap.Named {
-			fmt.Fprintln(c.stderr, "lockgen status: note: this database has no lockgen schema (the view pgadvisory.status), so locks show raw keys from pg_locks: "+
-				"names need the schema and the registry (lockgen migrate up, then lockgen register)")
+			fmt.Fprintln(c.stderr, "lockgen status: note: "+snap.Unnamed)
 		}
 		return exitOK
 	},
