@@ -47,10 +47,10 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 	}
 	defer admin.Close()
 	if err := admin.PingContext(ctx); err != nil {
-		return fmt.Errorf("dailyreport: cannot reach PostgreSQL: %w%s", err, setupHint(url, err))
+		return fmt.Errorf("dailyreport: cannot reach PostgreSQL: %w%s", err, setupHint(ctx, admin, url, err))
 	}
 	if err := pgadvisory.Migrate(ctx, admin); err != nil {
-		return fmt.Errorf("dailyreport: %w%s", err, setupHint(url, err))
+		return fmt.Errorf("dailyreport: %w%s", err, setupHint(ctx, admin, url, err))
 	}
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
@@ -60,7 +60,7 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 
 	s, err := newStore(ctx, admin, day)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, setupHint(ctx, admin, url, err))
 	}
 	defer func() {
 		// A fresh context: the schema is dropped even when ctx has ended.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func TestRunPrintsTheCommandThatFixesTheServer(t *testing.T) {
 	asRole.User = url.User(role)
 	err = run(ctx, asRole.String(), nil)
 	require.ErrorContains(t, err, "pgadvisory: migrate: ")
-	require.ErrorContains(t, err, "may not create lockgen's schema")
+	require.ErrorContains(t, err, "lacks rights the example needs")
 	m := regexp.MustCompile(`-c '([^']+)'`).FindStringSubmatch(err.Error())
 	require.NotNil(t, m, err.Error())
 	owner, err := sql.Open("pgx", dbURL)
@@ -66,6 +67,50 @@ func TestRunPrintsTheCommandThatFixesTheServer(t *testing.T) {
 	require.NoError(t, pgadvisory.Migrate(ctx, roleDB))
 	_, err = owner.Exec(`DROP SCHEMA pgadvisory CASCADE; DROP TABLE ` + pgadvisory.MigrationTable + `; REVOKE ALL ON DATABASE "` + name + `" FROM ` + role + `; REVOKE ALL ON SCHEMA public FROM ` + role)
 	require.NoError(t, err)
+}
+
+// TestGrantAdviceFixesTheVersionTable: lockgen's schema was applied by the
+// database's owner, and the example runs as another role, which may not
+// read lockgen's version table. The example used to advise GRANT CREATE on
+// the database and schema public; after those, the same error and advice
+// came back (the control below). It now names the grants the role lacks,
+// and after them the example runs to the end.
+func TestGrantAdviceFixesTheVersionTable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name, dbURL := testdb.EmptyDatabase(t)
+	owner, err := sql.Open("pgx", dbURL)
+	require.NoError(t, err)
+	defer owner.Close()
+	require.NoError(t, pgadvisory.Migrate(ctx, owner))
+	admin := testdb.DB(t)
+	role := "lockgen_role_" + hexSuffix()
+	_, err = admin.Exec(`CREATE ROLE ` + role + ` LOGIN`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP ROLE IF EXISTS ` + role) }) // after the database is dropped
+	asRole, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	asRole.User = url.User(role)
+	t.Cleanup(func() { _, _ = owner.Exec(`DROP OWNED BY ` + role) })
+
+	err = run(ctx, asRole.String(), nil)
+	require.ErrorContains(t, err, "permission denied for table pgadvisory_db_version")
+	first := err.Error()
+
+	// Control: the advice of before does not fix it.
+	_, err = owner.Exec(`GRANT CREATE ON DATABASE "` + name + `" TO ` + role + `; GRANT CREATE ON SCHEMA public TO ` + role)
+	require.NoError(t, err)
+	err = run(ctx, asRole.String(), nil)
+	require.ErrorContains(t, err, "permission denied for table pgadvisory_db_version", "the same error comes back")
+
+	m := regexp.MustCompile(`-c '([^']+)'`).FindStringSubmatch(first)
+	require.NotNil(t, m, first)
+	require.Contains(t, m[1], "GRANT SELECT ON public.pgadvisory_db_version TO "+role)
+	_, err = owner.Exec(m[1])
+	require.NoError(t, err, m[1])
+	var out strings.Builder
+	require.NoError(t, run(ctx, asRole.String(), &out), "the printed command fixes it")
+	require.Contains(t, out.String(), "ok: exactly one report, stale write rejected")
 }
 
 func hexSuffix() string {
