@@ -14,6 +14,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/migrations"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -182,4 +183,37 @@ func openPlain(t *testing.T, url string) *sql.DB {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// TestRunAsTheApplicationsRole: every check, run with the application's
+// own role (as README says to run doctor) on a database another role
+// migrated and registered: none fails for want of a privilege without
+// naming the GRANT, and the registry's GRANT, once run, lets it compare.
+func TestRunAsTheApplicationsRole(t *testing.T) {
+	ctx := context.Background()
+	_, url := testdb.EmptyDatabase(t)
+	owner := openPlain(t, url)
+	_, err := migrator(t, url).Up(ctx)
+	require.NoError(t, err)
+	decl := pgadvisory.Declared{Name: "reports.daily_email", ID: keyspace.ID("reports.daily_email")}
+	require.NoError(t, pgadvisory.Register(ctx, owner, []pgadvisory.Declared{decl}))
+	role := fencing.AppRole(t, owner)
+	asRole := urlAs(t, url, role)
+	cfg := doctor.Config{Declared: []pgadvisory.Declared{decl}, Source: "locks.yaml", Uses: []doctor.Use{doctor.UseExclusive}}
+
+	cfg.DB = open(t, asRole)
+	r, err := doctor.Run(ctx, cfg)
+	require.NoError(t, err)
+	for _, c := range r.Checks {
+		t.Logf("%s %s: %s | fix: %s", c.Status, c.Name, c.Detail, c.Fix)
+		require.NotContains(t, c.Fix, "make sure the role can read", "%s: a privilege problem names its GRANT", c.Name)
+		require.NotEqual(t, doctor.Fail, c.Status, c.Name)
+	}
+	reg := r.Checks[len(r.Checks)-1]
+	require.Equal(t, doctor.Registry, reg.Name)
+	requireStatus(t, reg, doctor.Warn, "this role may not read the registry")
+	require.Equal(t, "GRANT SELECT ON pgadvisory.registry_declaration TO "+role+" (as its owner), or run doctor -f with the role that registers", reg.Fix)
+	_, err = owner.Exec(`GRANT SELECT ON pgadvisory.registry_declaration TO ` + role)
+	require.NoError(t, err)
+	requireStatus(t, run(t, asRole, doctor.Registry, cfg), doctor.Pass, "as declared")
 }
