@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -77,7 +76,7 @@ func TestDoctorCommandUses(t *testing.T) {
 	code, _, errOut := lockgen("migrate", "up", "-db", url)
 	require.Equal(t, exitOK, code, errOut)
 	bouncer := pgcluster.StartPgBouncer(t, url, "transaction", pgcluster.WithSetting("server_round_robin", "1"))
-	warmPool(t, bouncer, 2)
+	pgcluster.WarmPgBouncer(t, bouncer, 2)
 
 	code, out, _ := lockgen("doctor", "-db", bouncer)
 	require.Equal(t, exitFail, code, out)
@@ -98,27 +97,6 @@ func TestDoctorCommandUses(t *testing.T) {
 	code, _, errOut = lockgen("doctor", "-db", bouncer, "-uses", "exclusive,leases")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `lockgen doctor: -uses: unknown use "leases"; want a comma-separated list of exclusive, session, lead, migrate`)
-}
-
-// warmPool makes the pooler at url open n server connections (n
-// transactions at once), then leaves them idle.
-func warmPool(t *testing.T, url string, n int) {
-	t.Helper()
-	ctx := testdb.Context(t)
-	db := openTestDB(t, url+"&default_query_exec_mode=simple_protocol")
-	db.SetMaxOpenConns(n)
-	var txs []*sql.Tx
-	for range n {
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, `SELECT 1`)
-		require.NoError(t, err)
-		txs = append(txs, tx)
-	}
-	for _, tx := range txs {
-		require.NoError(t, tx.Rollback())
-	}
-	require.NoError(t, db.Close())
 }
 
 // TestDoctorCommandReadsDeclarations: with -f the registry check compares

@@ -37,7 +37,7 @@ func TestReadmeDoctorSample(t *testing.T) {
 	code, _, errOut = lockgen("register", "-db", url, "-f", "locks.yaml")
 	require.Equal(t, exitOK, code, errOut)
 	bouncer := pgcluster.StartPgBouncer(t, url, "transaction", pgcluster.WithSetting("server_round_robin", "1"))
-	warmPool(t, bouncer, 2)
+	pgcluster.WarmPgBouncer(t, bouncer, 2)
 
 	args := command[1:]
 	for i, a := range args {

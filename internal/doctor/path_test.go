@@ -34,29 +34,8 @@ func roundRobin(t *testing.T, mode string) string {
 	t.Helper()
 	url := pgcluster.StartPgBouncer(t, testdb.URL(t), mode,
 		pgcluster.WithSetting("server_round_robin", "1"), pgcluster.WithSetting("default_pool_size", "2"))
-	warm(t, url, 2)
+	pgcluster.WarmPgBouncer(t, url, 2)
 	return url
-}
-
-// warm makes the pooler at url open n server connections (n transactions
-// at once), then leaves them idle.
-func warm(t *testing.T, url string, n int) {
-	t.Helper()
-	ctx := testdb.Context(t)
-	db := open(t, url)
-	db.SetMaxOpenConns(n)
-	var txs []*sql.Tx
-	for range n {
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, `SELECT 1`)
-		require.NoError(t, err)
-		txs = append(txs, tx)
-	}
-	for _, tx := range txs {
-		require.NoError(t, tx.Rollback())
-	}
-	require.NoError(t, db.Close())
 }
 
 // alternate is the probe doctor had before: two connections asking for
@@ -104,7 +83,7 @@ func TestPoolerFailsOnTransactionPoolingWithRoundRobin(t *testing.T) {
 	require.True(t, alternate(t, url), "control: alternating clients each keep a backend of their own")
 	requireSessionLockLeaks(t, url)
 
-	warm(t, url, 2)
+	pgcluster.WarmPgBouncer(t, url, 2)
 	c := run(t, url, doctor.Pooler, everyUse)
 	requireStatus(t, c, doctor.Fail, "one client's statements ran in more than one server session", "pool_mode=transaction",
 		"these do not: session locks (RunSession), leader election (Lead, Campaign), pgadvisory.Migrate", "checked for every entry point")

@@ -231,3 +231,35 @@ func (b *bouncer) stop() error {
 func (b *bouncer) iniFile() string  { return filepath.Join(b.root, "pgbouncer.ini") }
 func (b *bouncer) authFile() string { return filepath.Join(b.root, "users.txt") }
 func (b *bouncer) logFile() string  { return filepath.Join(b.root, "pgbouncer.log") }
+
+// WarmPgBouncer makes the PgBouncer at url (as StartPgBouncer returns it)
+// open n server connections, by holding n transactions open at once, and
+// then leaves them idle in its pool: the state in which a transaction
+// pooler with server_round_robin=1 moves one client's statements between
+// server connections.
+func WarmPgBouncer(t testing.TB, url string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bouncerReadyTimeout)
+	defer cancel()
+	conns := make([]*pgconn.PgConn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}()
+	for range n {
+		c, err := pgconn.Connect(ctx, url)
+		if err != nil {
+			t.Fatalf("pgcluster: warming pgbouncer: %v", err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Exec(ctx, "BEGIN; SELECT 1").ReadAll(); err != nil {
+			t.Fatalf("pgcluster: warming pgbouncer: %v", err)
+		}
+	}
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+			t.Fatalf("pgcluster: warming pgbouncer: %v", err)
+		}
+	}
+}
