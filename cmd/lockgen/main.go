@@ -20,10 +20,17 @@
 //
 //	go tool lockgen status -db "$DATABASE_URL"
 //
-// and apply lockgen's schema, or print its SQL for your own migration tool:
+// and apply lockgen's schema, or print its SQL for your own migration tool
+// (one goose migration with -goose, else SQL for psql):
 //
 //	go tool lockgen migrate up -db "$DATABASE_URL"
+//	go tool lockgen migrate sql -goose > db/migrations/20261203120000_lockgen.sql
 //	go tool lockgen migrate sql > db/migrations/V100__lockgen.sql
+//
+// Commands that connect take -db, else $LOCKGEN_DATABASE_URL, else
+// $DATABASE_URL, else libpq's PG* variables. Every command exits 0 when
+// done, 1 when a check or an operation failed, 2 when the command line is
+// wrong.
 //
 // Run "lockgen -h" for the commands.
 package main
