@@ -12,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	lockgenotel "github.com/lockgen/lockgen/otel"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -65,11 +66,12 @@ func ExampleNew() {
 	// lockgen.lock.attempts reports.daily_email locked: 1
 }
 
-// examplePool opens a pool on LOCKGEN_DATABASE_URL.
+// examplePool opens a pool on this test binary's private database (package
+// testdb, on the server named by LOCKGEN_DATABASE_URL).
 func examplePool() *pgxpool.Pool {
-	url := os.Getenv("LOCKGEN_DATABASE_URL")
-	if url == "" {
-		url = "postgres://localhost:5432/test"
+	url, err := testdb.PackageURL()
+	if err != nil {
+		log.Fatal(err)
 	}
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {

@@ -43,7 +43,7 @@ func ExampleMigrate_startup() {
 // call it at once.
 func ExampleMigrate() {
 	ctx := context.Background()
-	db := exampleDB() // sql.Open("pgx", url) on the URL in LOCKGEN_DATABASE_URL
+	db := exampleDB() // sql.Open("pgx", url) on the examples' private database
 	defer db.Close()
 	if err := pgadvisory.Migrate(ctx, db); err != nil {
 		log.Fatal(err)

@@ -14,12 +14,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// The examples connect to LOCKGEN_DATABASE_URL (default
-// postgres://localhost:5432/test) and need that server to be running. This
+// The examples connect to a private database on the server named by
+// LOCKGEN_DATABASE_URL (default postgres://localhost:5432/test) and need that
+// server to be running. This
 // file: the transaction lock (RunExclusive, RunExclusivePgx, Lock) and its
 // errors; the other example_*_test.go files hold one family each, and the
 // helpers all of them share are at the end of this file.
@@ -179,12 +181,16 @@ func ExampleLock() {
 	// reports.daily_email(-6078806957557529815)
 }
 
-// exampleURL is the server the examples use.
+// exampleURL is the database the examples use: this test binary's private
+// database on the server named by LOCKGEN_DATABASE_URL (default
+// postgres://localhost:5432/test), created by package testdb and dropped
+// when the package's tests end. Real code passes its own URL.
 func exampleURL() string {
-	if u := os.Getenv("LOCKGEN_DATABASE_URL"); u != "" {
-		return u
+	u, err := testdb.PackageURL()
+	if err != nil {
+		log.Fatal(err)
 	}
-	return "postgres://localhost:5432/test"
+	return u
 }
 
 // exampleDB opens a database/sql handle through pgx's stdlib driver.

@@ -95,6 +95,19 @@ func URL(t testing.TB) string {
 	return pkgURL
 }
 
+// PackageURL is URL for code that has no testing.TB, such as Example
+// functions: it returns the package database's URL, creating the database on
+// first use, or the error that made it unavailable. Examples run in the same
+// test binary as the package's tests, so they share its private database and
+// never the server's base database, whose schema other runs may have changed.
+func PackageURL() (string, error) {
+	setupOnce.Do(setup)
+	if setupErr != nil {
+		return "", fmt.Errorf("testdb: PostgreSQL is not reachable at %s (set %s): %w", redact(ServerURL()), EnvURL, setupErr)
+	}
+	return pkgURL, nil
+}
+
 // unavailable skips t locally and fails it under CI.
 func unavailable(t testing.TB, err error) {
 	t.Helper()
