@@ -39,7 +39,7 @@ func TestFencingMigrationsUpDownUp(t *testing.T) {
 	require.Len(t, res, 2)
 	require.Equal(t, want4, fencingFunctions(t, db), "Down restores version 4 exactly")
 
-	_, err = p.Up(ctx)
+	_, err = p.UpTo(ctx, 6)
 	require.NoError(t, err)
 	require.Equal(t, want6, fencingFunctions(t, db), "and Up brings back the same")
 }
@@ -49,11 +49,20 @@ func TestFencingMigrationsUpDownUp(t *testing.T) {
 // settings.
 func fencingFunctions(t *testing.T, db *sql.DB) map[string]string {
 	t.Helper()
+	return schemaFunctions(t, db, `fence\_%`)
+}
+
+// schemaFunctions is [fencingFunctions] for the functions whose name is
+// LIKE pattern. Privileges are compared as the ACL they grant (a default
+// ACL reads as the owner's and PUBLIC's EXECUTE).
+func schemaFunctions(t *testing.T, db *sql.DB, pattern string) map[string]string {
+	t.Helper()
 	rows, err := db.Query(`SELECT p.oid::regprocedure::text,
 			pg_get_functiondef(p.oid) || E'\n-- comment: ' || COALESCE(obj_description(p.oid, 'pg_proc'), '')
-			|| E'\n-- acl: ' || COALESCE(p.proacl::text, 'default')
+			|| E'\n-- acl: ' || (SELECT pg_catalog.array_agg(a::text ORDER BY a::text)
+				FROM pg_catalog.unnest(COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) AS a)::text
 		FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-		WHERE n.nspname = 'pgadvisory' AND p.proname LIKE 'fence\_%'`)
+		WHERE n.nspname = 'pgadvisory' AND p.proname LIKE $1`, pattern)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]string{}
@@ -64,4 +73,32 @@ func fencingFunctions(t *testing.T, db *sql.DB) map[string]string {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// TestSecurityMigrationDownUp: 00008's Down restores every function of
+// 00007 exactly (definition, comment, settings, privileges) and drops what
+// 00008 added; Up brings 00008's back.
+func TestSecurityMigrationDownUp(t *testing.T) {
+	ctx := context.Background()
+	db := migrated.UpTo(t, 7)
+	want7 := schemaFunctions(t, db, "%")
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(pgadvisory.MigrationTable), goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 8)
+	require.NoError(t, err)
+	want8 := schemaFunctions(t, db, "%")
+	require.Contains(t, want8, "pgadvisory.fence_register(regclass,text,text,text[])")
+	for name, def := range want8 {
+		require.Contains(t, def, "SET search_path TO 'pg_catalog', 'pg_temp'", "00008 pins the search_path of %s", name)
+	}
+	_, err = p.DownTo(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, want7, schemaFunctions(t, db, "%"), "Down restores version 7 exactly")
+	var fenced *string
+	require.NoError(t, db.QueryRow(`SELECT to_regclass('pgadvisory.fenced_table')::text`).Scan(&fenced))
+	require.Nil(t, fenced, "Down drops fenced_table")
+	_, err = p.UpTo(ctx, 8)
+	require.NoError(t, err)
+	require.Equal(t, want8, schemaFunctions(t, db, "%"), "and Up brings back the same")
 }

@@ -134,6 +134,29 @@
 //
 // Down drops them and restores 00003's view.
 //
+// 00008_security.sql makes sure that no role gains anything through
+// lockgen's schema (the file's header lists each change and the functions
+// it redefines):
+//
+//   - every function of pgadvisory pins search_path = pg_catalog, pg_temp;
+//   - PUBLIC may execute only lock_id, valid_lock_name, register_instance,
+//     fence_acquire, fence_handover, leader_elect and current_leader;
+//   - the table pgadvisory.fenced_table lists the fenced tables, with their
+//     lock, policy and parameter columns; pgadvisory.fence_register(regclass,
+//     lock text, policy text, columns text[]) and fence_unregister(regclass)
+//     (owner only) write it, and the trigger functions that run as their
+//     owner (fence_check_statement, fence_check, fence_check_param,
+//     fence_truncate_guard) refuse other tables (42501) and columns of
+//     other types (42804); the migration lists the tables already fenced;
+//   - fence_acquire refuses a transaction that already wrote (25001) instead
+//     of firing its deferred triggers, releases only the locks it took, and
+//     it and leader_elect force synchronous_commit = on unless it is on or
+//     remote_apply;
+//   - LF001 and LF004 name no published token; a NULL parameter of a row
+//     of a parameterized lock raises LF005.
+//
+// Down restores 00007's functions and privileges and drops the new objects.
+//
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
 // application's goose_db_version. The table lives outside the pgadvisory

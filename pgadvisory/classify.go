@@ -41,6 +41,8 @@ func classify(err error) error {
 		return ErrMissingToken
 	case code == "LF003":
 		return ErrTruncateRefused
+	case code == "LF005":
+		return ErrNullParameter
 	case (code == "42P01" || code == "3F000" || code == "42883") && strings.Contains(err.Error(), "pgadvisory"):
 		return ErrNotMigrated
 	case code != "":

@@ -124,8 +124,9 @@ var (
 	// retry the write. From a fenced call's publish (Op "publish", SQLSTATE
 	// LF004): the token sequence is behind a token already published, which
 	// only happens when it went backwards (a restored backup, an asynchronous
-	// failover); fn did not run, and the error's hint says how to advance the
-	// sequence (SELECT setval('pgadvisory.fencing_token_seq', …)).
+	// failover); fn did not run, and the error (its message and the server's
+	// hint) says how to advance the sequence (SELECT
+	// setval('pgadvisory.fencing_token_seq', …)).
 	ErrStaleToken = errors.New("pgadvisory: stale fencing token: it is not the lock's published token (SQLSTATE LF001, or LF004 when the token sequence is behind)")
 
 	// ErrMissingToken reports a write to a table fenced in strict mode that
@@ -140,6 +141,12 @@ var (
 	// ErrTruncateRefused reports a TRUNCATE that the fencing trigger refused
 	// (SQLSTATE LF003).
 	ErrTruncateRefused = errors.New("pgadvisory: TRUNCATE of a fenced table refused (SQLSTATE LF003)")
+
+	// ErrNullParameter reports a write to a table fenced by a parameterized
+	// lock that writes or deletes a row whose parameter column is NULL
+	// (SQLSTATE LF005): such a row belongs to no lock, so no token can speak
+	// for it. lockgen fence makes parameter columns NOT NULL.
+	ErrNullParameter = errors.New("pgadvisory: a fenced row's parameter column is NULL, so the row belongs to no lock (SQLSTATE LF005)")
 
 	// ErrAlreadyDone reports that the run-once window already has a
 	// successful run; fn was not called. It comes as an [*Error] with Op
@@ -253,6 +260,15 @@ func (e *Error) Error() string {
 	if e.Err != nil {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
+	}
+	// The fencing token sequence is behind (a restore, an asynchronous
+	// failover): the server's hint is the statement that repairs it, which
+	// a log of Error() must not lose.
+	var pg *pgconn.PgError
+	if e.SQLState == "LF004" && errors.As(e.Err, &pg) && pg.Hint != "" {
+		b.WriteString(" (hint: ")
+		b.WriteString(pg.Hint)
+		b.WriteString(")")
 	}
 	return b.String()
 }

@@ -322,7 +322,9 @@ func exampleFencedTable(ctx context.Context, db *sql.DB, name string, lockID int
 		CREATE TRIGGER zz_pgadvisory_fence_delete AFTER DELETE ON %[1]s.invoices REFERENCING OLD TABLE AS fence_old
 			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement('%[2]d', 'strict');
 		CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON %[1]s.invoices
-			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('%[2]d', 'strict')`, schema, lockID))
+			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('%[2]d', 'strict');
+		-- Listed as fenced by the lock: the checks run on listed tables.
+		SELECT pgadvisory.fence_register('%[1]s.invoices', '%[2]d', 'strict', '{}')`, schema, lockID))
 	if err != nil {
 		log.Fatal(err)
 	}

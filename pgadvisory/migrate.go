@@ -64,7 +64,15 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     the lock and records it in pgadvisory.leader;
 //     pgadvisory.current_leader reports the leader only while its backend
 //     holds the lock ([CurrentLeader]); the status view gains leader_holder,
-//     leader_term and leader_since.
+//     leader_term and leader_since;
+//   - 00008_security: no role gains anything through lockgen's schema:
+//     every function pins its search_path, EXECUTE is PUBLIC only on what
+//     applications call, the trigger functions that run as their owner
+//     work only on tables listed in pgadvisory.fenced_table (written by
+//     pgadvisory.fence_register, which lockgen fence's migrations call;
+//     tables fenced before are listed by the migration), no error names a
+//     lock's current token, and a NULL parameter of a fenced row raises
+//     LF005.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and checks in the catalogs that the objects of the applied

@@ -101,6 +101,12 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "column", name: "leader_term", on: "pgadvisory.status"},
 		{kind: "column", name: "leader_since", on: "pgadvisory.status"},
 	},
+	8: {
+		{kind: "table", name: "pgadvisory.fenced_table"},
+		{kind: "function", name: "pgadvisory.fence_table_verify(oid,text,text[],boolean)"},
+		{kind: "function", name: "pgadvisory.fence_register(regclass,text,text,text[])"},
+		{kind: "function", name: "pgadvisory.fence_unregister(regclass)"},
+	},
 }
 
 // objectsSQL reports, for each object, whether it exists. It reads only

@@ -234,6 +234,7 @@ var stateMeaning = map[string]string{
 	"pgadvisory.registry":             "lock names for lockgen status; lockgen register fills it again",
 	"pgadvisory.registry_declaration": "declared locks for lockgen status and doctor; lockgen register fills it again",
 	"pgadvisory.leader":               "leaders' terms, which pgadvisory.CurrentLeader reads",
+	"pgadvisory.fenced_table":         "the fenced tables, which the fence triggers check; lockgen fence's migrations list them again",
 }
 
 // refuseDroppingState checks, before down, whether the migrations it would

@@ -50,11 +50,13 @@ func setupHint(ctx context.Context, db *sql.DB, url string, err error) string {
 // exist yet, CREATE on schema public (Migrate creates the table there);
 // where it exists, SELECT on it (Migrate reads it); and on lockgen's
 // run-once ledger, SELECT, INSERT (RunOnce) and DELETE (the example clears
-// its own row). owner is set when lockgen's schema belongs to another role
+// its own row); EXECUTE on the functions that fence its table (the trigger
+// functions and pgadvisory.fence_register, which only the owner of
+// lockgen's schema may execute until it grants them). owner is set when lockgen's schema belongs to another role
 // and migrations are pending: only that role can apply them.
 func missingGrants(ctx context.Context, db *sql.DB) (grants []string, owner string, err error) {
 	var role, database string
-	var createDB, createPublic, hasTable, readTable, hasLedger, useLedger bool
+	var createDB, createPublic, hasTable, readTable, hasLedger, useLedger, fence bool
 	var tableOwner sql.NullString
 	err = db.QueryRowContext(ctx, `SELECT pg_catalog.quote_ident(current_user), pg_catalog.quote_ident(pg_catalog.current_database()),
 		pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE'),
@@ -63,11 +65,13 @@ func missingGrants(ctx context.Context, db *sql.DB) (grants []string, owner stri
 		t.oid IS NOT NULL AND pg_catalog.has_table_privilege(t.oid, 'SELECT'),
 		pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(t.relowner)),
 		l.oid IS NOT NULL,
-		l.oid IS NOT NULL AND pg_catalog.has_table_privilege(l.oid, 'SELECT, INSERT, DELETE')
+		l.oid IS NOT NULL AND pg_catalog.has_table_privilege(l.oid, 'SELECT, INSERT, DELETE'),
+		(SELECT pg_catalog.bool_and(f.oid IS NULL OR pg_catalog.has_function_privilege(f.oid, 'EXECUTE'))
+		 FROM pg_catalog.unnest($2::text[]) AS n(name), pg_catalog.to_regprocedure(n.name) AS f(oid))
 		FROM (SELECT) AS one
 		LEFT JOIN pg_catalog.pg_class AS t ON t.oid = pg_catalog.to_regclass($1)
-		LEFT JOIN pg_catalog.pg_class AS l ON l.oid = pg_catalog.to_regclass('pgadvisory.run_once')`, pgadvisory.MigrationTable).
-		Scan(&role, &database, &createDB, &createPublic, &hasTable, &readTable, &tableOwner, &hasLedger, &useLedger)
+		LEFT JOIN pg_catalog.pg_class AS l ON l.oid = pg_catalog.to_regclass('pgadvisory.run_once')`, pgadvisory.MigrationTable, fenceFunctions).
+		Scan(&role, &database, &createDB, &createPublic, &hasTable, &readTable, &tableOwner, &hasLedger, &useLedger, &fence)
 	if err != nil {
 		return nil, "", err
 	}
@@ -83,6 +87,9 @@ func missingGrants(ctx context.Context, db *sql.DB) (grants []string, owner stri
 	if hasLedger && !useLedger {
 		grants = append(grants, "GRANT SELECT, INSERT, DELETE ON pgadvisory.run_once TO "+role)
 	}
+	if !fence {
+		grants = append(grants, "GRANT EXECUTE ON FUNCTION "+strings.Join(fenceFunctions, ", ")+" TO "+role)
+	}
 	if hasTable && tableOwner.Valid && tableOwner.String != role {
 		m, merr := pgadvisory.NewMigrator(db)
 		if merr == nil {
@@ -92,4 +99,13 @@ func missingGrants(ctx context.Context, db *sql.DB) (grants []string, owner stri
 		}
 	}
 	return grants, owner, nil
+}
+
+// fenceFunctions are the functions of lockgen's schema that fencing the
+// example's table names (fenceStatements).
+var fenceFunctions = []string{
+	"pgadvisory.fence_stamp()",
+	"pgadvisory.fence_check_statement()",
+	"pgadvisory.fence_truncate_guard()",
+	"pgadvisory.fence_register(regclass,text,text,text[])",
 }

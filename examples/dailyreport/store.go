@@ -113,7 +113,8 @@ func (s *store) balance(ctx context.Context) (int64, error) {
 // schema exists and that the table is no partition): a column that stamps
 // each row with its writer's token, a row trigger that keeps the stamp
 // right, statement triggers that check each write against the published
-// token, and a TRUNCATE guard.
+// token, a TRUNCATE guard, and the table listed as fenced by the lock
+// (pgadvisory.fence_register).
 func fenceStatements(table string, lockID int64) []string {
 	args := "'" + strconv.FormatInt(lockID, 10) + "', 'strict'"
 	check := ` FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement(` + args + `)`
@@ -128,5 +129,6 @@ func fenceStatements(table string, lockID int64) []string {
 		`CREATE TRIGGER zz_pgadvisory_fence_delete AFTER DELETE ON ` + table + ` REFERENCING OLD TABLE AS fence_old` + check,
 		`CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + table + `
 			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`,
+		`SELECT pgadvisory.fence_register('` + table + `'::regclass, ` + args + `, '{}')`,
 	}
 }

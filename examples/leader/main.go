@@ -273,7 +273,8 @@ func createTable(ctx context.Context, admin *sql.DB) (string, func() error, erro
 
 // fenceStatements are the statements of the migration that lockgen fence
 // writes for table and a plain lock (without its checks that lockgen's
-// schema exists and that the table is no partition).
+// schema exists and that the table is no partition), the last of which
+// lists the table as fenced by the lock (pgadvisory.fence_register).
 func fenceStatements(table string, lockID int64) []string {
 	args := "'" + strconv.FormatInt(lockID, 10) + "', 'strict'"
 	check := ` FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_check_statement(` + args + `)`
@@ -288,5 +289,6 @@ func fenceStatements(table string, lockID int64) []string {
 		`CREATE TRIGGER zz_pgadvisory_fence_delete AFTER DELETE ON ` + table + ` REFERENCING OLD TABLE AS fence_old` + check,
 		`CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + table + `
 			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`,
+		`SELECT pgadvisory.fence_register('` + table + `'::regclass, ` + args + `, '{}')`,
 	}
 }

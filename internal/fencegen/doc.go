@@ -21,7 +21,13 @@
 //     (pgadvisory.fence_truncate_guard).
 //
 // A plain lock's triggers get its ID, a parameterized lock's its name and
-// the row's parameter columns. Down drops the triggers and the column.
+// the row's parameter columns, which the migration makes NOT NULL. Last it
+// lists the table in pgadvisory.fenced_table (pgadvisory.fence_register,
+// migration 00008, which checks the columns' types): the trigger functions
+// that run as their owner refuse tables that are not listed. The role that
+// runs the migration needs EXECUTE on fence_register and on the trigger
+// functions (the owner of lockgen's schema has it). Down unlists the table
+// and drops the triggers and the column; it leaves NOT NULL.
 //
 // Tables fenced by lockgen fence before that layout (a BEFORE ROW trigger
 // pgadvisory.fence_check or fence_check_param that checks each row) move to

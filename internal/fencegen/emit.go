@@ -43,6 +43,7 @@ func Emit(s *Spec) []byte {
 	e.header()
 	e.p("-- +goose Up")
 	e.checks()
+	e.notNull()
 	e.p("ALTER TABLE %s ADD COLUMN %s bigint", e.table, Column)
 	e.p("    DEFAULT %s;", tokenSetting)
 	e.p("")
@@ -51,7 +52,9 @@ func Emit(s *Spec) []byte {
 	e.p("")
 	e.currentTriggers()
 	e.truncateTrigger()
+	e.register()
 	e.p("-- +goose Down")
+	e.p("SELECT pgadvisory.fence_unregister(%s::regclass);", quoteLiteral(e.table))
 	e.p("DROP TRIGGER %s ON %s;", TruncateTrigger, e.table)
 	e.dropStatementTriggers()
 	e.p("DROP TRIGGER %s ON %s;", RowTrigger, e.table)
@@ -68,13 +71,17 @@ func EmitUpgrade(s *Spec) []byte {
 	e.header()
 	e.p("-- +goose Up")
 	e.checks()
+	e.notNull()
 	e.p("ALTER TABLE %s ALTER COLUMN %s", e.table, Column)
 	e.p("    SET DEFAULT %s;", tokenSetting)
 	e.p("")
 	e.p("DROP TRIGGER %s ON %s;", RowTrigger, e.table)
 	e.p("")
 	e.currentTriggers()
+	e.register()
 	e.p("-- +goose Down")
+	e.p("-- The table stays listed in pgadvisory.fenced_table: the first layout's")
+	e.p("-- trigger needs it too.")
 	e.dropStatementTriggers()
 	e.p("DROP TRIGGER %s ON %s;", RowTrigger, e.table)
 	e.p("CREATE TRIGGER %s", RowTrigger)
@@ -202,8 +209,9 @@ func (e *emitter) checks() {
 	p("BEGIN")
 	p("    IF pg_catalog.to_regprocedure('pgadvisory.fence_stamp()') IS NULL")
 	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_check_statement()') IS NULL")
-	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_truncate_guard()') IS NULL THEN")
-	p("        RAISE EXCEPTION 'lockgen fence: lockgen''s schema (pgadvisory, migration 00006 or later) is missing: run pgadvisory.Migrate (or lockgen''s migrations) first'")
+	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_truncate_guard()') IS NULL")
+	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_register(pg_catalog.regclass,pg_catalog.text,pg_catalog.text,pg_catalog.text[])') IS NULL THEN")
+	p("        RAISE EXCEPTION 'lockgen fence: lockgen''s schema (pgadvisory, migration 00008 or later) is missing: run pgadvisory.Migrate (or lockgen''s migrations) first'")
 	p("            USING ERRCODE = '42883';")
 	p("    END IF;")
 	p("    IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = %s AND c.relkind = 'p') THEN", rel)
@@ -222,6 +230,39 @@ func (e *emitter) checks() {
 	p("$lockgen$;")
 	p("-- +goose StatementEnd")
 	p("")
+}
+
+// notNull writes the NOT NULL constraints of a parameterized lock's
+// columns: a row without a parameter belongs to no lock, so no token could
+// speak for it (the triggers refuse it with LF005, and
+// pgadvisory.fence_register refuses a nullable parameter column). Down
+// leaves them.
+func (e *emitter) notNull() {
+	if len(e.s.Columns) == 0 {
+		return
+	}
+	e.p("-- A parameter column must not be NULL: a row without its parameters belongs to")
+	e.p("-- no lock. Fails while such rows exist; Down leaves the constraint.")
+	for _, c := range e.s.Columns {
+		e.p("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;", e.table, quoteIdent(c))
+	}
+	e.p("")
+}
+
+// register writes the call that lists the table in pgadvisory.fenced_table
+// with the triggers' arguments: the trigger functions that run as their
+// owner refuse tables that are not listed. It checks the columns' types
+// (parameter columns smallint, integer, bigint, text, varchar, uuid or
+// boolean; fencing_token bigint). The role running the migration needs
+// EXECUTE on pgadvisory.fence_register (the owner of lockgen's schema has
+// it, and grants it).
+func (e *emitter) register() {
+	cols := "'{}'::text[]"
+	if len(e.s.Columns) > 0 {
+		cols = "ARRAY[" + strings.Join(e.args[2:], ", ") + "]::text[]"
+	}
+	e.p("SELECT pgadvisory.fence_register(%s::regclass, %s, %s, %s);", quoteLiteral(e.table), e.args[0], e.args[1], cols)
+	e.p("")
 }
 
 // currentTriggers writes the current layout's row and statement triggers.

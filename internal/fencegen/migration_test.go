@@ -172,7 +172,7 @@ func TestGeneratedMigrationNeedsLockgenSchema(t *testing.T) {
 	require.NoError(t, err)
 	_, err = provider(t, db, dir, "app").Up(ctx)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "lockgen fence: lockgen's schema (pgadvisory, migration 00006 or later) is missing: run pgadvisory.Migrate (or lockgen's migrations) first")
+	require.Contains(t, err.Error(), "lockgen fence: lockgen's schema (pgadvisory, migration 00008 or later) is missing: run pgadvisory.Migrate (or lockgen's migrations) first")
 	require.Equal(t, "42883", sqlstateOf(err))
 	var columns int
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_attribute WHERE attrelid = 'app.entries'::regclass AND attname = 'fencing_token'`).Scan(&columns))
