@@ -66,7 +66,7 @@ func TestFenceReorderingTriggerChangesStamp(t *testing.T) {
 	table := fencing.Table(t, db, schema, "account", lock, "strict")
 	tok := fencing.Publish(t, db, lock)
 	_, err := db.Exec(`CREATE FUNCTION ` + schema + `.restamp() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN NEW.fencing_token := 1; RETURN NEW; END $$;
+		BEGIN NEW.fencing_token := -1; RETURN NEW; END $$;
 		CREATE TRIGGER zzz_user_restamp BEFORE INSERT OR UPDATE ON ` + table + `
 			FOR EACH ROW EXECUTE FUNCTION ` + schema + `.restamp()`)
 	require.NoError(t, err)
@@ -76,6 +76,46 @@ func TestFenceReorderingTriggerChangesStamp(t *testing.T) {
 	_, err = db.Exec(`DROP TRIGGER zzz_user_restamp ON ` + table)
 	require.NoError(t, err)
 	require.NoError(t, fencing.Write(db, tok, `INSERT INTO `+table+` (id, balance) VALUES (1, 1)`))
+}
+
+// TestFenceReorderingTriggerChangesStampOfLaterRow: in a statement that
+// writes several rows, a trigger after lockgen's that rewrites the stamp of
+// one row only, not the first written, makes the whole statement fail too:
+// the check looks at every row as written, not at one. The control: the
+// same statements with the trigger aimed at a row they do not write pass.
+func TestFenceReorderingTriggerChangesStampOfLaterRow(t *testing.T) {
+	db := migrated.DB(t)
+	lock := testdb.Key(t)
+	schema := testdb.Schema(t)
+	table := fencing.Table(t, db, schema, "account", lock, "strict")
+	tok := fencing.Publish(t, db, lock)
+	restamp := func(id int) {
+		t.Helper()
+		_, err := db.Exec(fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s.restamp_one() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN IF NEW.id = %[2]d THEN NEW.fencing_token := -1; END IF; RETURN NEW; END $$;
+			DROP TRIGGER IF EXISTS zzz_user_restamp ON %[3]s;
+			CREATE TRIGGER zzz_user_restamp BEFORE INSERT OR UPDATE ON %[3]s
+				FOR EACH ROW EXECUTE FUNCTION %[1]s.restamp_one()`, schema, id, table))
+		require.NoError(t, err)
+	}
+	insert := `INSERT INTO ` + table + ` (id, balance) VALUES (1, 1), (2, 1), (3, 1)`
+	update := `UPDATE ` + table + ` SET balance = balance + 1`
+
+	for _, id := range []int{3, 2} {
+		restamp(id)
+		e := sqlstate.Require(t, fencing.Write(db, tok, insert), codeStale)
+		require.Contains(t, e.Message, "wrote a row stamped -1 although the write carries token")
+		require.Equal(t, []int64{0}, queryInts(t, db, `SELECT count(*) FROM `+table), "no row of the statement was written")
+	}
+
+	restamp(4) // control: no row of these statements
+	require.NoError(t, fencing.Write(db, tok, insert))
+	require.NoError(t, fencing.Write(db, tok, update))
+
+	restamp(3)
+	e := sqlstate.Require(t, fencing.Write(db, tok, update), codeStale)
+	require.Contains(t, e.Message, "wrote a row stamped -1 although the write carries token")
+	require.Equal(t, []int64{2, 2, 2}, queryInts(t, db, `SELECT balance FROM `+table+` ORDER BY id`), "the UPDATE changed no row")
 }
 
 // moveToTenant adds a user trigger to table, named to fire after lockgen's

@@ -164,7 +164,7 @@ func leaderSchema(t *testing.T, db *sql.DB) string {
 // (LF004). Control: once the writer ends, the election publishes.
 func TestLeaderElectPublishRules(t *testing.T) {
 	db := migrated.DB(t)
-	ctx := context.Background()
+	ctx := testdb.Context(t) // a publish that never times out fails here, not at go test's timeout
 	key := testdb.Key(t)
 	old := fencing.Publish(t, db, key)
 
@@ -193,4 +193,54 @@ func TestLeaderElectPublishRules(t *testing.T) {
 	err = holder.QueryRowContext(ctx, `SELECT term FROM pgadvisory.leader_elect($1, 'h', '100ms')`, key).Scan(&term)
 	sqlstate.Require(t, err, "LF004")
 	require.Equal(t, ahead, fencing.Published(t, db, key))
+}
+
+// TestStatusViewLeader: the status view's leader columns make
+// current_leader's checks on each row: they name the leader on the row of
+// its backend while that backend holds the lock and its term is the
+// published token, and on no row once either fails: a backend that started
+// after the election (a later backend that reuses the leader's pid: here
+// the election's time is moved before the backend's start, as an owner
+// can) or a term that is no longer the published token (a later holder's
+// publish: here a newer token written as an owner can). Each story has its
+// control, the same rows before the change.
+func TestStatusViewLeader(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	leader := func(key int64, pid int) (holder sql.NullString, term sql.NullInt64) {
+		t.Helper()
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT leader_holder, leader_term FROM pgadvisory.status
+			WHERE lock_id = $1 AND pid = $2 AND granted AND mode = 'ExclusiveLock'`, key, pid).Scan(&holder, &term))
+		return holder, term
+	}
+	elect := func(key int64) (pid int, term int64) {
+		t.Helper()
+		c := conn(t, db)
+		require.NoError(t, c.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM pg_advisory_lock($1)`, key).Scan(&pid))
+		require.NoError(t, c.QueryRowContext(ctx, electSQL, key, "h").Scan(&term))
+		holder, got := leader(key, pid)
+		require.Equal(t, "h", holder.String, "control: the leader's row names it")
+		require.Equal(t, term, got.Int64)
+		return pid, term
+	}
+
+	t.Run("backend started after the election", func(t *testing.T) {
+		key := testdb.Key(t)
+		pid, _ := elect(key)
+		_, err := db.ExecContext(ctx, `UPDATE pgadvisory.leader SET elected_at = (SELECT backend_start FROM pg_stat_activity WHERE pid = $2) - interval '1 second'
+			WHERE lock_id = $1`, key, pid)
+		require.NoError(t, err)
+		holder, term := leader(key, pid)
+		require.False(t, holder.Valid, "a backend that started after the election is not the leader")
+		require.False(t, term.Valid)
+	})
+
+	t.Run("term no longer published", func(t *testing.T) {
+		key := testdb.Key(t)
+		pid, term := elect(key)
+		fencing.ForcePublished(t, db, key, term+1)
+		holder, got := leader(key, pid)
+		require.False(t, holder.Valid, "a leader whose term is not the published token is not the leader")
+		require.False(t, got.Valid)
+	})
 }

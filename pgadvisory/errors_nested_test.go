@@ -105,16 +105,29 @@ func TestNestedErrAlreadyDone(t *testing.T) {
 }
 
 // TestSessionLostCauseOnce: fn returns its context's cause after the session
-// lock was lost (as fn usually does); the error names the loss once.
+// lock was lost (as fn usually does); the error names the loss once. fn
+// terminates its backend with the test's context, not with its own, which
+// the loss it provokes cancels (a race the statement could lose).
 func TestSessionLostCauseOnce(t *testing.T) {
 	forEachSessionDoor(t, 0, func(t *testing.T, e *sessionPools, door, _ frontdoor.Door) {
-		ctx := testdb.Context(t)
-		key := testdb.Key(t)
-		err := door.RunSession(ctx, key, func(ctx context.Context) error {
+		tctx := testdb.Context(t)
+		terminate := func(key int64) {
 			holder := e.w.Holder(t, key)
 			var ok bool
-			require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
-			<-ctx.Done()
+			require.NoError(t, e.db.QueryRowContext(tctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
+			require.True(t, ok)
+		}
+		awaitLoss := func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+			case <-tctx.Done():
+				t.Error("the loss was not noticed before the test's deadline")
+			}
+		}
+		key := testdb.Key(t)
+		err := door.RunSession(tctx, key, func(ctx context.Context) error {
+			terminate(key)
+			awaitLoss(ctx)
 			return context.Cause(ctx)
 		}, pgadvisory.WithCheckInterval(50*time.Millisecond))
 		require.ErrorIs(t, err, pgadvisory.ErrLockLost)
@@ -125,11 +138,9 @@ func TestSessionLostCauseOnce(t *testing.T) {
 		// CONTROL: fn's own, different error is still reported with the loss.
 		key = testdb.Key(t)
 		boom := errors.New("boom")
-		err = door.RunSession(ctx, key, func(ctx context.Context) error {
-			holder := e.w.Holder(t, key)
-			var ok bool
-			require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
-			<-ctx.Done()
+		err = door.RunSession(tctx, key, func(ctx context.Context) error {
+			terminate(key)
+			awaitLoss(ctx)
 			return boom
 		}, pgadvisory.WithCheckInterval(50*time.Millisecond))
 		require.ErrorIs(t, err, boom)

@@ -61,6 +61,37 @@ func TestFencingPublishRefusesToGoBack(t *testing.T) {
 	}
 }
 
+// TestFencingPublishRefusesEqualToken: the sequence set back so that
+// nextval returns exactly the published token (a backup restored from just
+// before that publish) fails the call as any sequence behind does: an equal
+// token is not newer, and two holders with one token could not be told
+// apart by a fenced table. The control is the first call, which published
+// that token; the sequence ends where it was.
+func TestFencingPublishRefusesEqualToken(t *testing.T) {
+	admin := migrated.DB(t)
+	for _, door := range fencing.Doors(t, nil) {
+		t.Run(door.Label(), func(t *testing.T) {
+			ctx := testdb.Context(t)
+			key := testdb.Key(t)
+			tok := fencing.Holder(t, ctx, door, key, nil)
+			require.Equal(t, tok, fencing.Published(t, admin, key), "control: the first holder published its token")
+			_, err := admin.Exec(`SELECT setval('pgadvisory.fencing_token_seq', $1, false)`, tok)
+			require.NoError(t, err)
+
+			ran := false
+			err = door.RunExclusive(ctx, key, func(frontdoor.Tx) error { ran = true; return nil }, pgadvisory.WithFencing())
+			sqlstate.RequireTyped(t, err, pgadvisory.ErrStaleToken, "publish", "LF004")
+			pg := sqlstate.Require(t, err, "LF004")
+			require.Contains(t, pg.Message, fmt.Sprintf("it issued token %d for lock %d, but token %d is already published", tok, key, tok))
+			require.False(t, ran, "fn must not run")
+			require.Equal(t, tok, fencing.Published(t, admin, key))
+			require.Equal(t, tok, fencing.LastToken(t, admin), "the sequence is back where it was")
+			require.Empty(t, witness.Of(admin).Holds(t, key), "no lock left behind")
+			frontdoor.RequireIdle(t, door)
+		})
+	}
+}
+
 // TestFencingPublishAllLocksOrNone: with several locks, a newer token on
 // one of them fails the call and publishes on none.
 func TestFencingPublishAllLocksOrNone(t *testing.T) {

@@ -388,3 +388,31 @@ func TestLeadSequenceBehind(t *testing.T) {
 		frontdoor.RequireIdle(t, d)
 	})
 }
+
+// TestLeadSequenceEqual: the sequence set back so that nextval returns
+// exactly the term published by the previous election (a backup restored
+// from just before it) fails the next election with LF004: neither the
+// election's UPDATE of the fence row nor its INSERT … ON CONFLICT may
+// publish a term equal to the published one, or two leaders would share a
+// term. The control is the first election, which published that term; the
+// sequence ends where it was.
+func TestLeadSequenceEqual(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEach(t, func(t *testing.T, d frontdoor.Door) {
+		ctx := testdb.Context(t)
+		key := testdb.Key(t)
+		var first int64
+		require.NoError(t, d.Lead(ctx, key, func(_ context.Context, term int64) error { first = term; return nil }))
+		require.Equal(t, first, fencing.Published(t, admin, key), "control: the first election published its term")
+
+		_, err := admin.ExecContext(ctx, `SELECT setval('pgadvisory.fencing_token_seq', $1, false)`, first)
+		require.NoError(t, err)
+		err = d.Lead(ctx, key, notCalledLead(t))
+		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrStaleToken, "elect", "LF004")
+		require.Equal(t, []int64{key}, pe.LockIDs)
+		require.Equal(t, first, fencing.Published(t, admin, key), "the published term stays")
+		require.Equal(t, first, fencing.LastToken(t, admin), "the sequence is back where it was")
+		require.Empty(t, witness.Of(admin).Holds(t, key))
+		frontdoor.RequireIdle(t, d)
+	})
+}
