@@ -44,7 +44,10 @@ func TestFenceSameTokenWritersDoNotBlock(t *testing.T) {
 // lock on its session; once the writer ends, the publish succeeds, and from
 // then on the old token is refused.
 func TestFencePublishTimesOutForInFlightWrites(t *testing.T) {
-	ctx := context.Background()
+	// A publish that waits without its timeout fails here, well before go
+	// test's own timeout would end the whole package without naming it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	db := migrated.DB(t)
 	lock := testdb.Key(t)
 	table := fencing.Table(t, db, testdb.Schema(t), "account", lock, "strict")

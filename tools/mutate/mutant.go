@@ -47,7 +47,7 @@ func checkList(root string, list []Mutant) error {
 }
 
 // checkMutant verifies that m still applies: its text is found exactly once
-// in its file; a mutant of a migration lies in the Up part of a function or
+// in its file (in a migration, in its Up part); a mutant of a migration lies in the Up part of a function or
 // view that no later migration redefines (mutating a body that a later
 // migration replaces changes nothing that runs); its -run pattern selects
 // at least one test of its packages.
@@ -63,12 +63,17 @@ func checkMutant(root string, m Mutant) error {
 		return fmt.Errorf("mutant %q: %w", m.Name, err)
 	}
 	text := string(src)
-	switch n := strings.Count(text, m.Search); n {
+	start, end := m.region(text)
+	where := m.File
+	if isMigration(m.File) {
+		where = "the Up part of " + m.File
+	}
+	switch n := strings.Count(text[start:end], m.Search); n {
 	case 1:
 	case 0:
-		return fmt.Errorf("mutant %q: its text is no longer in %s (the code changed: update the mutant)", m.Name, m.File)
+		return fmt.Errorf("mutant %q: its text is no longer in %s (the code changed: update the mutant)", m.Name, where)
 	default:
-		return fmt.Errorf("mutant %q: its text occurs %d times in %s (it must occur once: make it longer)", m.Name, n, m.File)
+		return fmt.Errorf("mutant %q: its text occurs %d times in %s (it must occur once: make it longer)", m.Name, n, where)
 	}
 	if isMigration(m.File) {
 		if err := checkMigrationTarget(root, m, text); err != nil {
@@ -109,11 +114,11 @@ func upPart(text string) (part string, start int) {
 // migration, inside a function or view definition that no later
 // migration's Up part redefines.
 func checkMigrationTarget(root string, m Mutant, text string) error {
-	at := strings.Index(text, m.Search)
-	up, start := upPart(text)
-	if at < start || at+len(m.Search) > start+len(up) {
-		return fmt.Errorf("mutant %q: its text is not in the Up part of %s (only Up runs in the tests)", m.Name, m.File)
+	start, end := m.region(text)
+	if start == end {
+		return fmt.Errorf("mutant %q: %s has no goose Up part", m.Name, m.File)
 	}
+	at := start + strings.Index(text[start:end], m.Search)
 	var object string
 	var from int
 	for _, loc := range createRE.FindAllStringSubmatchIndex(text[:at], -1) {
@@ -210,10 +215,23 @@ func checkRunPattern(root string, m Mutant) error {
 	return fmt.Errorf("mutant %q: -run %q selects no test function in %s", m.Name, m.Run, strings.Join(m.Pkgs, " "))
 }
 
+// region is where in text (m.File's contents) m's text is looked for: the
+// goose Up part of a migration (its Down part, which often restores the
+// previous definition word for word, never runs in the mutants' tests),
+// the whole of any other file.
+func (m Mutant) region(text string) (start, end int) {
+	if !isMigration(m.File) {
+		return 0, len(text)
+	}
+	up, start := upPart(text)
+	return start, start + len(up)
+}
+
 // apply returns src with m applied; m must have been checked.
 func (m Mutant) apply(src string) (string, error) {
-	if strings.Count(src, m.Search) != 1 {
+	start, end := m.region(src)
+	if strings.Count(src[start:end], m.Search) != 1 {
 		return "", fmt.Errorf("mutant %q: its text is not found exactly once in %s", m.Name, m.File)
 	}
-	return strings.Replace(src, m.Search, m.Replace, 1), nil
+	return src[:start] + strings.Replace(src[start:end], m.Search, m.Replace, 1) + src[end:], nil
 }

@@ -6,22 +6,6 @@ var (
 	migrations = []string{"./migrations"}
 )
 
-// Texts that tell a function's latest definition from the older one that
-// the same migration's Down part restores.
-const (
-	// fence_require_current in 00005's Up part, up to its FOR SHARE.
-	requireCurrentUp = "SET search_path = pg_catalog, pg_temp\nAS $$\nDECLARE\n    v_cur bigint;\n    v_lock text;\nBEGIN\n" +
-		"    SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id = p_lock "
-	// fence_truncate_guard's hint for a TRUNCATE without a token in 00006's Up part.
-	truncateHintUp = "                  HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)).';"
-	// fence_truncate_guard in 00006's Up part, from its parameterized-lock
-	// refusal to the message that differs from 00002's.
-	truncateParamUp = " THEN\n        -- Parameterized: one token cannot speak for every lock's rows.\n" +
-		"        RAISE EXCEPTION 'pgadvisory: TRUNCATE of %.% is not allowed: the table is fenced by the parameterized lock %; DELETE rows instead',\n" +
-		"            TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]\n            USING ERRCODE = 'LF003';\n    END IF;\n    v_lock := TG_ARGV[0]::bigint;\n" +
-		"    IF v_guc IS NULL THEN\n        RAISE EXCEPTION 'pgadvisory: TRUNCATE on %.% carries no fencing token (lock %): take"
-)
-
 // Mutants is the list: each breaks one promise of README's (fencing,
 // elections, run-once, loss of a session lock, the outcome of a COMMIT)
 // in the SQL of the migrations or in the Go safety core. A mutant of a
@@ -31,15 +15,15 @@ var Mutants = []Mutant{
 	// ---- fencing: the publish (fence_acquire, fence_handover) ----
 	{
 		Name: "fence-publish-equal-token", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
-		Search:  "            WHERE f.token < excluded.token;",
-		Replace: "            WHERE f.token <= excluded.token;",
+		File:    "migrations/00008_security.sql",
+		Search:  "            WHERE f.token OPERATOR(pg_catalog.<) excluded.token;\n            IF NOT FOUND THEN",
+		Replace: "            WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;\n            IF NOT FOUND THEN",
 		Promise: "a token is published only over a smaller one: a sequence set back to the published token raises LF004",
 		Pkgs:    pgadvisory, Run: "^TestFencingPublishRefuses",
 	},
 	{
 		Name: "fence-publish-no-lf004", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "            IF NOT FOUND THEN\n                -- This session holds the lock",
 		Replace: "            IF false THEN\n                -- This session holds the lock",
 		Promise: "a sequence behind a published token fails the acquisition with LF004 instead of granting a stale token",
@@ -47,15 +31,15 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "fence-publish-async-commit", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
-		Search:  "        IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN\n            v_set := pg_catalog.set_config('synchronous_commit', 'on', true);",
-		Replace: "        IF false THEN\n            v_set := pg_catalog.set_config('synchronous_commit', 'on', true);",
+		File:    "migrations/00008_security.sql",
+		Search:  "        IF pg_catalog.current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN\n            v_set",
+		Replace: "        IF false THEN\n            v_set",
 		Promise: "the publish is durable before fn runs, whatever synchronous_commit says",
 		Pkgs:    pgadvisory, Run: "^TestFencingPublishSurvivesCrash$",
 	},
 	{
 		Name: "fence-publish-no-timeout", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "        v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);\n        v_token",
 		Replace: "        v_token",
 		Promise: "the publish waits at most the publish timeout for writers of the previous token (55P03)",
@@ -63,17 +47,17 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "fence-try-keeps-partial-set", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
-		Search:  "                PERFORM pg_catalog.pg_advisory_unlock(l.id)\n                FROM pg_catalog.unnest(v_ids) AS l(id) WHERE l.id < v_id;",
-		Replace: "                PERFORM l.id\n                FROM pg_catalog.unnest(v_ids) AS l(id) WHERE l.id < v_id;",
+		File:    "migrations/00008_security.sql",
+		Search:  "                PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;\n                v_taken := 0;",
+		Replace: "                v_taken := 0;",
 		Promise: "a fenced set not granted whole leaves none of its locks held",
 		Pkgs:    pgadvisory, Run: "^(TestFencingFailuresLeakNothing|TestPgBouncerFencing)$",
 	},
 	{
 		Name: "fence-error-keeps-locks", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
-		Search:  "        PERFORM pg_catalog.pg_advisory_unlock(l.id)\n        FROM pg_catalog.pg_locks AS k",
-		Replace: "        PERFORM l.id\n        FROM pg_catalog.pg_locks AS k",
+		File:    "migrations/00008_security.sql",
+		Search:  "        PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;\n        IF v_step = 'publish'",
+		Replace: "        IF v_step = 'publish'",
 		Promise: "a fenced acquisition that fails after its first lock releases what it took",
 		Pkgs:    pgadvisory, Run: "^(TestFencingFailuresLeakNothing|TestPgBouncerFencing)$",
 	},
@@ -95,7 +79,7 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "fence-standby-grants", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "    standby := pg_catalog.pg_is_in_recovery();",
 		Replace: "    standby := false;",
 		Promise: "a fenced acquisition on a hot standby is refused (its locks exclude nobody on the primary)",
@@ -103,17 +87,17 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "fence-require-current-null-passes", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
-		Search:  requireCurrentUp + "FOR SHARE;\n    IF v_cur IS DISTINCT FROM p_token THEN",
-		Replace: requireCurrentUp + "FOR SHARE;\n    IF v_cur <> p_token THEN",
+		File:    "migrations/00008_security.sql",
+		Search:  "    IF v_cur IS NULL OR p_token IS NULL OR v_cur OPERATOR(pg_catalog.<>) p_token THEN",
+		Replace: "    IF v_cur OPERATOR(pg_catalog.<>) p_token THEN",
 		Promise: "a parameterized lock whose token was never published refuses writes (LF001)",
 		Pkgs:    migrations, Run: "^TestFenceUnpublishedLock$",
 	},
 	{
 		Name: "fence-require-current-no-share", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
-		Search:  requireCurrentUp + "FOR SHARE;",
-		Replace: requireCurrentUp + ";",
+		File:    "migrations/00008_security.sql",
+		Search:  "WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock FOR SHARE;",
+		Replace: "WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock;",
 		Promise: "a write of a parameterized lock keeps its fence row FOR SHARE: the next holder's publish waits for it",
 		Pkgs:    migrations, Run: "^TestFence(PublishTimesOutForInFlightWrites|PublishOrderedAfterWriter|Parameterized)",
 	},
@@ -121,7 +105,7 @@ var Mutants = []Mutant{
 	// ---- fencing: the checks of fenced tables (00006) ----
 	{
 		Name: "stamp-check-first-row-only", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "FROM fence_new AS n ORDER BY 3 DESC LIMIT 1;",
 		Replace: "FROM fence_new AS n LIMIT 1;",
 		Promise: "every row a statement wrote must carry the write's token as its stamp, not only the first",
@@ -129,7 +113,7 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "stamp-check-ignored", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "    IF v_bad THEN",
 		Replace: "    IF false THEN",
 		Promise: "a trigger that changes a row's stamp after lockgen's cannot make a write pass (LF001)",
@@ -137,7 +121,7 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "statement-check-strict-off", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "    IF v_tok IS NULL AND v_policy = 'strict' THEN",
 		Replace: "    IF false THEN",
 		Promise: "under the strict policy a write without a token is refused (LF002)",
@@ -145,23 +129,23 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "statement-check-stale-passes", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
-		Search:  "        IF v_cur IS DISTINCT FROM v_tok THEN",
-		Replace: "        IF v_cur < v_tok THEN",
+		File:    "migrations/00008_security.sql",
+		Search:  "        IF v_cur IS NULL OR v_cur OPERATOR(pg_catalog.<>) v_tok THEN",
+		Replace: "        IF v_cur OPERATOR(pg_catalog.<) v_tok THEN",
 		Promise: "a write with a token older than the published one is refused (LF001)",
 		Pkgs:    migrations, Run: "^TestFenceRejectsStaleToken$",
 	},
 	{
 		Name: "statement-check-no-share", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
-		Search:  "        SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id = v_id FOR SHARE;",
-		Replace: "        SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id = v_id;",
+		File:    "migrations/00008_security.sql",
+		Search:  "WHERE f.lock_id OPERATOR(pg_catalog.=) v_id FOR SHARE;",
+		Replace: "WHERE f.lock_id OPERATOR(pg_catalog.=) v_id;",
 		Promise: "a write keeps its lock's fence row FOR SHARE, so the next holder's publish waits for it",
 		Pkgs:    migrations, Run: "^TestFencePublish(TimesOutForInFlightWrites|OrderedAfterWriter)$",
 	},
 	{
 		Name: "statement-check-delete-unchecked", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "        SELECT EXISTS (SELECT FROM fence_old) INTO v_rows;",
 		Replace: "        v_rows := false;",
 		Promise: "a DELETE is fenced as an INSERT or UPDATE is",
@@ -169,33 +153,33 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "statement-check-old-rows-unchecked", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
-		Search:  "        ELSE pg_catalog.format('SELECT true, ARRAY[%1$s] FROM fence_new UNION SELECT false, ARRAY[%1$s] FROM fence_old', v_cols)",
-		Replace: "        ELSE pg_catalog.format('SELECT true, ARRAY[%1$s] FROM fence_new', v_cols)",
+		File:    "migrations/00008_security.sql",
+		Search:  "        ELSE pg_catalog.format('SELECT ARRAY[%1$s] FROM fence_new UNION SELECT ARRAY[%1$s] FROM fence_old', v_cols)",
+		Replace: "        ELSE pg_catalog.format('SELECT ARRAY[%1$s] FROM fence_new', v_cols)",
 		Promise: "an UPDATE that moves a row to another parameterized lock needs the old lock's token too",
 		Pkgs:    migrations, Run: "^TestFenceParameterized",
 	},
 	{
 		Name: "row-stamp-stale-update", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
-		Search:  "    ELSIF TG_OP = 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok < OLD.fencing_token THEN",
+		File:    "migrations/00008_security.sql",
+		Search:  "    ELSIF TG_OP = 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN",
 		Replace: "    ELSIF false THEN",
 		Promise: "an UPDATE with a token older than the row's stamp is refused (LF001)",
 		Pkgs:    migrations, Run: "^TestFence(RejectsStaleToken|AcceptsCurrentTokenAndStamps|LegacyToken)",
 	},
 	{
 		Name: "truncate-guard-unchecked", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
-		Search:  truncateHintUp + "\n    END IF;\n    PERFORM pgadvisory.fence_require_current(v_lock, v_guc::bigint, NULL, NULL);",
-		Replace: truncateHintUp + "\n    END IF;",
+		File:    "migrations/00008_security.sql",
+		Search:  "    PERFORM pgadvisory.fence_require_current(TG_ARGV[0]::bigint, v_tok, NULL, NULL);\n",
+		Replace: "",
 		Promise: "a TRUNCATE with a stale token is refused",
 		Pkgs:    migrations, Run: "^TestFenceTruncateGuard$",
 	},
 	{
 		Name: "truncate-guard-parameterized", Area: "fencing",
-		File:    "migrations/00006_fencing_statement_check.sql",
-		Search:  "    IF TG_NARGS > 2" + truncateParamUp,
-		Replace: "    IF false" + truncateParamUp,
+		File:    "migrations/00008_security.sql",
+		Search:  "    IF TG_NARGS > 2 THEN\n        -- Parameterized: one token cannot speak for every lock's rows.",
+		Replace: "    IF false THEN\n        -- Parameterized: one token cannot speak for every lock's rows.",
 		Promise: "a TRUNCATE of a table fenced by a parameterized lock is refused (LF003)",
 		Pkgs:    migrations, Run: "^TestFenceParameterized",
 	},
@@ -229,8 +213,8 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "runonce-finish-not-at-commit", Area: "run-once",
-		File:    "migrations/00004_run_once_finish.sql",
-		Search:  "    WHERE lock_id = NEW.lock_id AND window_key = NEW.window_key;",
+		File:    "migrations/00008_security.sql",
+		Search:  "    WHERE r.lock_id OPERATOR(pg_catalog.=) NEW.lock_id AND r.window_key OPERATOR(pg_catalog.=) NEW.window_key;",
 		Replace: "    WHERE false;",
 		Promise: "finished_at is the time the run committed",
 		Pkgs:    migrations, Run: "^TestRunOnceFinishedAtCommit$",
@@ -271,7 +255,7 @@ var Mutants = []Mutant{
 	// ---- elections ----
 	{
 		Name: "elect-without-lock", Area: "election",
-		File:    "migrations/00007_leader.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "    IF NOT pg_catalog.pg_try_advisory_xact_lock(p_lock_id)\n       OR NOT pg_catalog.pg_advisory_unlock(p_lock_id) THEN",
 		Replace: "    IF NOT pg_catalog.pg_try_advisory_xact_lock(p_lock_id) THEN",
 		Promise: "only a session holding the lock at session level, exclusively, is elected",
@@ -279,31 +263,31 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "elect-equal-term-update", Area: "election",
-		File:    "migrations/00007_leader.sql",
-		Search:  "    WHERE f.lock_id = p_lock_id AND f.token < term;",
-		Replace: "    WHERE f.lock_id = p_lock_id AND f.token <= term;",
+		File:    "migrations/00008_security.sql",
+		Search:  "    WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock_id AND f.token OPERATOR(pg_catalog.<) term;",
+		Replace: "    WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock_id AND f.token OPERATOR(pg_catalog.<=) term;",
 		Promise: "a term is published only over a smaller token: a sequence set back to the published token raises LF004",
 		Pkgs:    pgadvisory, Run: "^TestLeadSequence",
 	},
 	{
 		Name: "elect-equal-term-insert", Area: "election",
-		File:    "migrations/00007_leader.sql",
-		Search:  "        WHERE f.token < excluded.token;\n    END IF;",
-		Replace: "        WHERE f.token <= excluded.token;\n    END IF;",
+		File:    "migrations/00008_security.sql",
+		Search:  "        WHERE f.token OPERATOR(pg_catalog.<) excluded.token;\n    END IF;",
+		Replace: "        WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;\n    END IF;",
 		Promise: "a term is published only over a smaller token (the INSERT path)",
 		Pkgs:    pgadvisory, Run: "^TestLeadSequence",
 	},
 	{
 		Name: "elect-no-lf004", Area: "election",
-		File:    "migrations/00007_leader.sql",
-		Search:  "    IF NOT FOUND THEN\n        SELECT f.token INTO v_current",
-		Replace: "    IF false THEN\n        SELECT f.token INTO v_current",
+		File:    "migrations/00008_security.sql",
+		Search:  "    IF NOT FOUND THEN\n        -- No published token in the message: only holders learn theirs.\n        RAISE EXCEPTION 'pgadvisory: the fencing token sequence is behind: a newer token than the term",
+		Replace: "    IF false THEN\n        -- No published token in the message: only holders learn theirs.\n        RAISE EXCEPTION 'pgadvisory: the fencing token sequence is behind: a newer token than the term",
 		Promise: "an election with a sequence behind the published token fails with LF004",
 		Pkgs:    pgadvisory, Run: "^TestLeadSequenceBehind$",
 	},
 	{
 		Name: "elect-publish-no-timeout", Area: "election",
-		File:    "migrations/00007_leader.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "    v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);\n    term :=",
 		Replace: "    term :=",
 		Promise: "an election waits at most the publish timeout for writers of the previous term",
@@ -311,7 +295,7 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "elect-keeps-old-term", Area: "election",
-		File:    "migrations/00007_leader.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "SET holder = p_holder, term = leader_elect.term, pid = v_pid",
 		Replace: "SET holder = p_holder, pid = v_pid",
 		Promise: "the leader's record carries the term just published",

@@ -71,9 +71,10 @@ func TestCheckMutant(t *testing.T) {
 		{"subtest pattern", m("migrations/00002_b.sql", "SELECT 2", "^TestMigrations$/sub"), ""},
 		{"redefined later", m("migrations/00001_a.sql", "SELECT 1 $$", "TestMigrations"),
 			"s.f is redefined by migrations/00002_b.sql"},
-		{"in the Down part", m("migrations/00001_a.sql", "SELECT 'down'", "TestMigrations"), "not in the Up part"},
+		{"in the Down part", m("migrations/00001_a.sql", "SELECT 'down'", "TestMigrations"), "no longer in the Up part of migrations/00001_a.sql"},
+		{"once in Up, again in Down", m("migrations/00002_b.sql", "RETURNS int", "TestMigrations"), ""},
 		{"outside a definition", m("migrations/00001_a.sql", "SELECT 'outside'", "TestMigrations"), "not inside a CREATE"},
-		{"text gone", m("migrations/00002_b.sql", "SELECT 3", "TestMigrations"), "no longer in migrations/00002_b.sql"},
+		{"text gone", m("migrations/00002_b.sql", "SELECT 3", "TestMigrations"), "no longer in the Up part of migrations/00002_b.sql"},
 		{"text twice", m("pkg/twice.go", "1", "TestPkg"), "occurs 2 times"},
 		{"no such file", m("pkg/none.go", "1", "TestPkg"), "none.go"},
 		{"run selects nothing", m("migrations/00002_b.sql", "SELECT 2", "^TestOther$"), "selects no test function"},
@@ -94,6 +95,24 @@ func TestCheckMutant(t *testing.T) {
 				t.Fatalf("checkMutant: %v; want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestApplyUpOnly: in a migration whose Down part restores the same text,
+// the mutant changes the Up part only.
+func TestApplyUpOnly(t *testing.T) {
+	m := Mutant{Name: "m", File: "migrations/00002_b.sql", Search: "RETURNS int", Replace: "RETURNS bigint"}
+	got, err := m.apply(migration2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(migration2, "RETURNS int", "RETURNS bigint", 1)
+	if got != want || strings.Count(got, "RETURNS int") != 1 {
+		t.Fatalf("apply =\n%s\nwant\n%s", got, want)
+	}
+	m.File = "pkg/other.go" // not a migration: the whole file, where the text occurs twice
+	if _, err := m.apply(migration2); err == nil {
+		t.Fatal("apply accepted a text found twice")
 	}
 }
 
