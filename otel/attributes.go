@@ -21,8 +21,8 @@ const (
 	LockIDsKey = attribute.Key("lockgen.lock.ids")
 	// LockSharedKey marks a call in shared mode (spans).
 	LockSharedKey = attribute.Key("lockgen.lock.shared")
-	// CallKey is the entry family: run_exclusive, run_session, run_once or
-	// run_fenced (metrics and spans).
+	// CallKey is the entry family: run_exclusive, run_session, run_once,
+	// run_fenced, lead or lock_tx (metrics and spans).
 	CallKey = attribute.Key("lockgen.call")
 	// OutcomeKey is the call's outcome: acquired, locked, timeout, lost or
 	// error (the histograms, lockgen.lock.attempts and spans).
@@ -68,6 +68,7 @@ var errorTypes = []struct {
 	{pgadvisory.ErrNotMigrated, "not_migrated"},
 	{pgadvisory.ErrNoLeader, "no_leader"},
 	{pgadvisory.ErrInvalidArgument, "invalid_argument"},
+	{pgadvisory.ErrClosed, "closed"},
 	{pgadvisory.ErrConnect, "connect"},
 	{pgadvisory.ErrConnLost, "conn_lost"},
 	{context.DeadlineExceeded, "deadline_exceeded"},

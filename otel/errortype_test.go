@@ -46,6 +46,7 @@ var sentinels = map[string]struct {
 	"ErrNotMigrated":       {pgadvisory.ErrNotMigrated, "not_migrated"},
 	"ErrNoLeader":          {pgadvisory.ErrNoLeader, "no_leader"},
 	"ErrInvalidArgument":   {pgadvisory.ErrInvalidArgument, "invalid_argument"},
+	"ErrClosed":            {pgadvisory.ErrClosed, "closed"},
 }
 
 // TestErrorType: every sentinel, bare or as the Kind of a *pgadvisory.Error,

@@ -42,7 +42,7 @@ func TestCancelBeforeCall(t *testing.T) {
 		require.False(t, called)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "begin", pe.Op)
+		require.Equal(t, pgadvisory.OpBegin, pe.Op)
 		require.Equal(t, before, tr.n.Load(), "no statement was sent")
 		require.Zero(t, door.InUse())
 
@@ -91,7 +91,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 		require.False(t, called.Load())
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "lock", pe.Op)
+		require.Equal(t, pgadvisory.OpLock, pe.Op)
 		// The server stops waiting for the abandoned caller (pgx sends it a
 		// cancel request from a goroutine of its own when it closes the
 		// connection): no waiter is left to take the lock later.
@@ -148,7 +148,7 @@ func TestCancelDeadlineInFn(t *testing.T) {
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				var pe *pgadvisory.Error
 				require.ErrorAs(t, err, &pe)
-				require.Equal(t, "fn", pe.Op)
+				require.Equal(t, pgadvisory.OpFn, pe.Op)
 				require.False(t, w.Committed(t, "deadline"))
 				frontdoor.RequireIdle(t, door)
 				// The lock may outlive the call briefly: database/sql rolls a
@@ -180,7 +180,7 @@ func TestCancelFnReturnsNilAfterCancel(t *testing.T) {
 		require.True(t, errors.Is(err, ctx.Err()))
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "fn", pe.Op)
+		require.Equal(t, pgadvisory.OpFn, pe.Op)
 		require.False(t, w.Committed(t, "canceled"))
 		// database/sql rolls back a canceled transaction on a goroutine of
 		// its own, which may still be at work when the call returns.

@@ -101,7 +101,7 @@ func connectDetail(err error) error {
 // failure is the error of a step that failed on a driver error or a done
 // ctx (not fn's own error), reported to the observer. Its kind is what
 // classify makes of err, and it wraps ctx.Err() when ctx is done.
-func (c *config) failure(ctx context.Context, op string, err error) error {
+func (c *config) failure(ctx context.Context, op Op, err error) error {
 	kind := classify(err)
 	if kind == ErrConnect {
 		return c.refusal(ctx, "connect", kind, connectDetail(err))
@@ -111,7 +111,7 @@ func (c *config) failure(ctx context.Context, op string, err error) error {
 
 // refusal is the error of a step that failed with a known kind (such as
 // ErrStandby), reported to the observer; detail, if not nil, says more.
-func (c *config) refusal(ctx context.Context, op string, kind, detail error) error {
+func (c *config) refusal(ctx context.Context, op Op, kind, detail error) error {
 	e := &Error{Op: op, LockIDs: c.ids, Name: c.name, SQLState: SQLState(detail), Kind: kind, Err: withContext(ctx, detail)}
 	c.emitError(e)
 	return e
@@ -119,12 +119,12 @@ func (c *config) refusal(ctx context.Context, op string, kind, detail error) err
 
 // invalid is the error of a call refused for a bad argument or option
 // before anything was sent: Kind ErrInvalidArgument.
-func (c *config) invalid(op string, err error) error {
+func (c *config) invalid(op Op, err error) error {
 	return c.invalidAs(op, ErrInvalidArgument, err)
 }
 
 // invalidAs is invalid with another kind (ErrIsolationLevel).
-func (c *config) invalidAs(op string, kind, err error) error {
+func (c *config) invalidAs(op Op, kind, err error) error {
 	return &Error{Op: op, LockIDs: c.ids, Name: c.name, Kind: kind, Err: err}
 }
 

@@ -1,47 +1,49 @@
 // Package pgadvisory runs code under PostgreSQL advisory locks, correctly.
 //
-// The main entry point takes a transaction-scoped lock and runs fn in the
-// same transaction, so the lock and the data it protects share one fate:
+// A [Locker] is the front door of one connection pool, made once with [New]
+// from a database/sql pool ([Stdlib]) or a pgx pool ([Pgx]). Its main
+// method takes a transaction-scoped lock and runs fn in the same
+// transaction, so the lock and the data it protects share one fate:
 //
-//	err := pgadvisory.RunExclusive(ctx, db, lockID, func(tx *sql.Tx) error {
-//		_, err := tx.ExecContext(ctx, `INSERT INTO reports …`)
+//	locker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+//	…
+//	err = locker.RunExclusive(ctx, locks.ReportsDaily, func(tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO reports …`)
 //		return err
 //	})
 //	if errors.Is(err, pgadvisory.ErrLocked) {
 //		// another instance is doing it right now
 //	}
 //
-// Each Run function has a database/sql form and a pgx form for a
-// *pgxpool.Pool (suffix Pgx; [RunExclusivePgx] costs two round trips instead
-// of three). [Lock] values, which cmd/lockgen generates from declared names,
-// carry the same methods.
+// The transaction type fn receives is the driver's ([*sql.Tx] or
+// [pgx.Tx]), fixed by the Locker's type. Locks are [Lock] values, which
+// cmd/lockgen generates from declared names ([ID] makes one of a raw key).
 //
-//   - [RunExclusive]: fn runs in the transaction that holds the lock.
-//   - [RunSession]: a session-level lock, for work that spans many
-//     transactions. The session locks of a pool share a few server
-//     connections (2 by default, [SetSessionConns]; a waiting call waits on
-//     a connection of its own, and a key held by another call of this
-//     process is contended). The work's context is canceled with
-//     [ErrLockLost] when the connection dies or the lock vanishes (a dying
-//     shared connection cancels every lock on it), the
-//     release verifies that every lock was still held (else ErrLockLost), and
-//     a transaction-pooling proxy such as PgBouncer is refused
+//   - [Locker.RunExclusive]: fn runs in the transaction that holds the lock.
+//   - [Locker.LockTx]: the lock in a transaction the caller already has.
+//   - [Locker.RunSession]: a session-level lock, for work that spans many
+//     transactions. The session locks of a Locker share a few server
+//     connections ([WithSessionConns]). The work's context is canceled
+//     with [ErrLockLost] when the connection dies or the lock vanishes, the
+//     release verifies that every lock was still held (else ErrLockLost),
+//     and a transaction-pooling proxy such as PgBouncer is refused
 //     ([ErrTransactionPooler]; in statement mode [ErrStatementPooler]),
 //     because session locks leak there; session mode is accepted when
-//     declared ([WithSessionPooler]).
-//   - [RunOnce]: RunExclusive that runs fn at most once successfully per
-//     (lock, window), such as the day from [DailyWindow], however the
-//     replicas' timing falls ([ErrAlreadyDone]).
-//   - [RunExclusiveRepo]: a sqlc-style repository (New(DBTX) or WithTx)
-//     under a lock in one line.
-//   - [Lead]: leader election on a session lock, with the rules of
-//     RunSession. The candidate waits in the lock's queue; once elected,
-//     a term is published on its connection (a fencing token, durable
-//     before fn runs) and fn runs with it, so writes a deposed leader makes
-//     with its term ([RunFenced], [SetFencingToken]) are rejected once a
-//     newer leader is elected ([ErrStaleToken]). [Campaign] campaigns again
-//     after each leadership, [CurrentLeader] tells who leads now
-//     ([ErrNoLeader] once the leader's backend is gone).
+//     declared ([WithSessionPooler], [WithSessionModePooler]).
+//   - [Locker.RunOnce]: RunExclusive that runs fn at most once
+//     successfully per (lock, window), such as the day from [DailyWindow],
+//     however the replicas' timing falls ([ErrAlreadyDone]).
+//   - [Locker.Lead]: leader election on a session lock. Once elected, a
+//     term is published (a fencing token, durable before fn runs) and fn
+//     runs with it, so writes a deposed leader makes with its term
+//     ([Locker.RunFenced], [Locker.SetFencingToken]) are rejected once a
+//     newer leader is elected ([ErrStaleToken]). [Locker.Campaign]
+//     campaigns again after each leadership, [Locker.CurrentLeader] tells
+//     who leads now.
+//
+// The package-level functions (RunExclusive, RunExclusivePgx, …) and the
+// Lock methods of earlier releases remain, deprecated, as calls on a
+// Locker of their pool.
 //
 // Fencing, run-once, leader election and the lock registry ([Register])
 // need lockgen's schema: call [Migrate] at start-up.
@@ -72,36 +74,11 @@
 //
 // # Options
 //
-// Options adjust one call; [Lock.With] gives a lock default options. An
-// option that does not apply to the call, or a combination that cannot work
-// (RunOnce with WithShared or a read-only transaction), is refused with
-// [ErrInvalidArgument] before anything is sent (see [Option]).
-//
-//   - [WithWait]: wait for the lock, up to a timeout the server enforces
-//     ([ErrLockTimeout]), whatever lock_timeout the database or role sets;
-//     see WithWait about statement_timeout.
-//   - [WithShared]: take reader locks.
-//   - [WithLocks]: take more locks in the same statement, in ascending order,
-//     so that callers waiting for overlapping sets cannot deadlock; a set of
-//     any size is one statement parameter.
-//   - [WithTxOptions], [WithPgxTxOptions]: a read-only transaction; the
-//     isolation level stays READ COMMITTED.
-//   - [WithObserver]: acquired, contended, released and error events;
-//     [SlogObserver] logs them. [WithCallObserver] takes an [Observer], which
-//     follows a whole call (for spans) and learns its outcome; set one once
-//     for the process ([SetObserver]) or for a generated lock set
-//     ([SetObserverFor]) instead of at every call. The module
-//     github.com/lockgen/lockgen/otel turns them into OpenTelemetry metrics
-//     and traces.
-//   - [WithCheckInterval], [WithCheckTimeout]: how often a session lock
-//     checks its connection and lock, and how long one check may take.
-//   - [WithSessionPooler]: session locks through a pooler in session mode.
-//   - [SetSessionConns], [SetSessionConnsPgx] (per pool, not per call): how
-//     many server connections a pool's session locks share; 0 for a
-//     connection per call.
-//   - [WithFencing]: a fencing token for the call (see Fencing); not with
-//     WithShared or a read-only transaction.
-//   - [WithHolder]: the holder recorded in the run-once ledger.
+// [LockerOption]s hold what belongs to the pool and are checked once by
+// [New]; [Option]s adjust one call ([Lock.With] gives a lock default
+// options). An option that does not apply to the call, or a combination
+// that cannot work, is refused with [ErrInvalidArgument] before anything
+// is sent. The list and the rules are on [Option] and [LockerOption].
 //
 // # Fencing
 //
@@ -114,8 +91,8 @@
 // token. The database is the judge: a stale writer is rejected with
 // SQLSTATE LF001 ([ErrStaleToken]) whatever the client believes. Writes
 // through fn's transaction carry the token already; fn reads it with
-// [FencingToken], and writes on other connections or in other processes
-// carry it with [RunFenced] or [SetFencingToken]. A token is only what the
+// [Locker.FencingToken], and writes on other connections or in other processes
+// carry it with [Locker.RunFenced] or [Locker.SetFencingToken]. A token is only what the
 // writer set for its transaction: the fenced table's fencing_token column is
 // a stamp, never a token.
 //
@@ -128,8 +105,8 @@
 // connection is closed rather than returned to the pool, so no session lock
 // outlives the call (PgBouncer in transaction mode included).
 //
-// Cost: no extra round trip (two for [RunExclusivePgx], three for
-// [RunExclusive], as unfenced) and no second connection (a pool of one
+// Cost: no extra round trip (two on [Pgx], three on [Stdlib], as
+// unfenced) and no second connection (a pool of one
 // works); the publish's commit waits for one WAL flush. A fenced call is
 // refused with [ErrInvalidArgument] together with [WithShared] or a
 // read-only transaction.

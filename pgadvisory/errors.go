@@ -87,7 +87,9 @@ var (
 	// ErrIsolationLevel reports a request for REPEATABLE READ or SERIALIZABLE.
 	// At those levels the snapshot is taken by the lock statement itself, before
 	// the lock is granted, so fn could miss writes of the previous holder.
-	// RunExclusive always runs at READ COMMITTED.
+	// RunExclusive always runs at READ COMMITTED; [Locker.LockTx] refuses a
+	// caller's transaction above it (Op "lock"), in the lock statement, which
+	// then takes no lock.
 	ErrIsolationLevel = errors.New("pgadvisory: only READ COMMITTED is allowed: at REPEATABLE READ or SERIALIZABLE the snapshot predates the lock and fn could read stale data")
 
 	// ErrLockLost reports that a session lock's connection died or the lock
@@ -183,51 +185,13 @@ var (
 // returned as is when it has no dedicated kind, does not match [ErrLocked]
 // or [ErrAlreadyDone], and ctx is not done.
 //
-// Op names the step, one of:
-//
-//   - "options": an option was invalid, does not apply to the call, or
-//     cannot be combined with another one.
-//   - "begin": checking the arguments and ctx, before anything is sent; for
-//     session locks also the check for a pooler or a standby.
-//   - "connect": opening a connection failed (Kind [ErrConnect]); nothing
-//     else was sent.
-//   - "lock": taking the lock; for transaction locks also getting a
-//     connection and BEGIN, which travel with the lock statement. Kind
-//     [ErrLocked] when another session holds it.
-//   - "publish": publishing the fencing token ([WithFencing]), in the
-//     fenced acquisition: the token sequence is behind a published token
-//     ([ErrStaleToken], SQLSTATE LF004), or writes with the previous token
-//     were still in flight after the publish timeout ([ErrLockTimeout]).
-//   - "elect": publishing a leader's term ([Lead]), on the lock's
-//     connection once the lock is granted: the token sequence is behind
-//     ([ErrStaleToken], SQLSTATE LF004), or writes with the previous term
-//     were still in flight after the publish timeout ([ErrLockTimeout]).
-//     The lock was released and fn did not run.
-//   - "current leader": [CurrentLeader]; Kind [ErrNoLeader] when none
-//     leads.
-//   - "run-once": claiming the window in the run-once ledger ([RunOnce]);
-//     Kind [ErrAlreadyDone] when the window already has a successful run.
-//   - "fn": fn returned an error of a known kind, or one matching
-//     [ErrLocked] or [ErrAlreadyDone] (a nested call's: fn ran and its
-//     work was rolled back), or ctx ended while fn ran, or fn ended the lock
-//     transaction itself ([ErrTxEnded]).
-//   - "commit": COMMIT, or ctx ending before COMMIT was sent (nothing
-//     committed); [ErrCommitUnknown] once COMMIT was sent without a
-//     definite answer.
-//   - "watch": a session lock was lost while fn ran (Kind [ErrLockLost]).
-//   - "release": releasing a session lock when fn returned found it lost
-//     (Kind [ErrLockLost]).
-//   - "fenced write": [RunFenced], [SetFencingToken] and their Pgx forms;
-//     Token is the token the write carried.
-//   - "migrate": [Migrate], [Migrations] and [Migrator]'s methods.
-//   - "register": [Register].
-//   - "register instance": [RegisterInstance].
+// Op names the step (see [Op] and its constants).
 //
 // Kind is the sentinel that says what happened, such as [ErrDeadlock]. It is
 // nil when the cause has no dedicated kind (a canceled context, an
 // unexpected server error); Err then says what happened.
 type Error struct {
-	Op       string  // the step that failed, one of those listed above
+	Op       Op      // the step that failed (see [Op])
 	LockIDs  []int64 // the lock IDs of the call; none for the last four ops
 	Name     string  // the lock's declared name, when known
 	Token    int64   // the fencing token of a "fenced write"; 0 otherwise
@@ -304,7 +268,7 @@ func writeLockIDs(b *strings.Builder, ids []int64) {
 }
 
 // opPhrase is how the message says op; the other ops read as themselves.
-func opPhrase(op string) string {
+func opPhrase(op Op) string {
 	switch op {
 	case "begin":
 		return "beginning"
@@ -327,7 +291,7 @@ func opPhrase(op string) string {
 	case "current leader":
 		return "reading the current leader"
 	}
-	return op
+	return string(op)
 }
 
 // Unwrap returns the kind and the cause, for errors.Is and errors.As.

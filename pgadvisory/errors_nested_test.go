@@ -30,7 +30,7 @@ func TestErrLockedNamesTheLock(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrLocked)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "lock", pe.Op, "fn was not called")
+		require.Equal(t, pgadvisory.OpLock, pe.Op, "fn was not called")
 		require.Equal(t, []int64{lock.ID}, pe.LockIDs)
 		require.Equal(t, lock.Name, pe.Name)
 		require.Contains(t, err.Error(), lock.Name)
@@ -40,7 +40,7 @@ func TestErrLockedNamesTheLock(t *testing.T) {
 		err = d.RunSessionLock(ctx, lock, func(context.Context) error { t.Error("fn called"); return nil })
 		require.ErrorIs(t, err, pgadvisory.ErrLocked)
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "lock", pe.Op)
+		require.Equal(t, pgadvisory.OpLock, pe.Op)
 		require.Contains(t, err.Error(), lock.Name)
 	}, frontdoor.MaxConns(4))
 }
@@ -63,7 +63,7 @@ func TestNestedErrLocked(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrLocked, "errors.Is still finds the nested ErrLocked")
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "fn", pe.Op, "fn ran: the outer call's error says so")
+		require.Equal(t, pgadvisory.OpFn, pe.Op, "fn ran: the outer call's error says so")
 		require.Equal(t, []int64{outer}, pe.LockIDs)
 		require.Nil(t, pe.Kind, "the outer call's own lock was granted")
 		require.False(t, w.Committed(t, "outer-work"), "rolled back")
@@ -72,7 +72,7 @@ func TestNestedErrLocked(t *testing.T) {
 		d.Hold(t, outer, nil)
 		err = d.RunExclusive(ctx, outer, func(frontdoor.Tx) error { t.Error("fn called"); return nil })
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "lock", pe.Op)
+		require.Equal(t, pgadvisory.OpLock, pe.Op)
 	}, frontdoor.MaxConns(8))
 }
 
@@ -88,7 +88,7 @@ func TestNestedErrAlreadyDone(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrAlreadyDone)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "fn", pe.Op)
+		require.Equal(t, pgadvisory.OpFn, pe.Op)
 
 		// The outer window was not claimed: fn failed, the claim rolled back.
 		called := false
@@ -99,7 +99,7 @@ func TestNestedErrAlreadyDone(t *testing.T) {
 		err = d.RunOnce(ctx, outer, "2026-12-02", func(frontdoor.Tx) error { t.Error("fn called"); return nil })
 		require.ErrorIs(t, err, pgadvisory.ErrAlreadyDone)
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "run-once", pe.Op)
+		require.Equal(t, pgadvisory.OpRunOnce, pe.Op)
 		require.Contains(t, err.Error(), `"2026-12-02"`)
 	}, frontdoor.MaxConns(8))
 }

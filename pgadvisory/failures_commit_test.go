@@ -35,7 +35,7 @@ func TestFailCommitRejected(t *testing.T) {
 		})
 		var pe *pgadvisory.Error
 		require.True(t, errors.As(err, &pe), "%v", err)
-		require.Equal(t, "commit", pe.Op)
+		require.Equal(t, pgadvisory.OpCommit, pe.Op)
 		require.Equal(t, "23505", pe.SQLState)
 		require.Nil(t, pe.Kind, "rolled back: a definite answer")
 		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)

@@ -68,7 +68,7 @@ func TestFailConnect(t *testing.T) {
 					err := call()
 					var pe *pgadvisory.Error
 					require.ErrorAs(t, err, &pe, name)
-					require.Equal(t, "connect", pe.Op, "%s: %v", name, err)
+					require.Equal(t, pgadvisory.OpConnect, pe.Op, "%s: %v", name, err)
 					require.ErrorIs(t, err, pgadvisory.ErrConnect, name)
 					require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "%s: there was never a connection or a lock", name)
 					require.Equal(t, tc.sqlState, pe.SQLState, name)

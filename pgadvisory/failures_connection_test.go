@@ -115,9 +115,9 @@ func TestFailIdleInTransactionTimeout(t *testing.T) {
 					}
 					return nil
 				})
-				op := "fn"
+				op := pgadvisory.OpFn
 				if next == "commit" {
-					op = "commit"
+					op = pgadvisory.OpCommit
 				}
 				sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, op, "25P03")
 				require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)

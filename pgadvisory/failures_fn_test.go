@@ -150,7 +150,7 @@ func TestFailSwallowedSQLError(t *testing.T) {
 		require.Error(t, err)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "commit", pe.Op)
+		require.Equal(t, pgadvisory.OpCommit, pe.Op)
 		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
 		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown, "the outcome is known: rolled back")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)

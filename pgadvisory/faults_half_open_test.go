@@ -63,7 +63,7 @@ func TestFaultSessionBlackhole(t *testing.T) {
 			require.ErrorIs(t, err, pgadvisory.ErrLockLost)
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "watch", pe.Op)
+			require.Equal(t, pgadvisory.OpWatch, pe.Op)
 			require.ErrorContains(t, err, "did not answer within "+timeoutText)
 
 			require.Len(t, w.Holds(t, key), 1, "the server has heard nothing and still holds the lock")

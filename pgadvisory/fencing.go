@@ -36,18 +36,6 @@ func WithFencing() Option {
 // tokens maps an open lock transaction (the value fn receives) to its token.
 var tokens sync.Map
 
-// FencingToken returns the fencing token of the lock transaction tx while fn
-// runs, and false when tx is not a fenced lock transaction.
-func FencingToken(tx *sql.Tx) (int64, bool) {
-	return lookupToken(tx)
-}
-
-// FencingTokenPgx is [FencingToken] for the pgx.Tx that [RunExclusivePgx]
-// passes to fn.
-func FencingTokenPgx(tx pgx.Tx) (int64, bool) {
-	return lookupToken(tx)
-}
-
 // lookupToken is the token of the fenced lock transaction key, if it is one.
 func lookupToken(key any) (int64, bool) {
 	if key == nil {
@@ -58,48 +46,6 @@ func lookupToken(key any) (int64, bool) {
 		return 0, false
 	}
 	return v.(int64), true
-}
-
-// SetFencingToken makes tx carry token: fenced tables then accept tx's writes
-// only while token is the published one. Use it for writes that a lock holder
-// makes on other connections (or hands to other processes with the token).
-// The setting ends with tx. A failure is an [*Error] with Op "fenced write".
-func SetFencingToken(ctx context.Context, tx *sql.Tx, token int64) error {
-	if tx == nil {
-		return fencedInvalid(token, "nil tx")
-	}
-	if err := sqlcstd.New().SetFencingToken(ctx, tx, token); err != nil {
-		return fencedFailure(ctx, token, err)
-	}
-	return nil
-}
-
-// SetFencingTokenPgx is [SetFencingToken] for pgx.
-func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
-	if tx == nil {
-		return fencedInvalid(token, "nil tx")
-	}
-	if err := sqlcpgx.New().SetFencingToken(ctx, tx, token); err != nil {
-		return fencedFailure(ctx, token, err)
-	}
-	return nil
-}
-
-// RunFenced runs fn in a new READ COMMITTED transaction on db that carries
-// token (see [SetFencingToken]) and commits it. A write rejected as stale
-// returns an error matching [ErrStaleToken]: the token's holder lost its lock
-// and must stop.
-//
-// If fn returns an error the transaction is rolled back and that error
-// returned, wrapped in an [*Error] with Op "fenced write" when it has a
-// dedicated kind (such as ErrStaleToken) or ctx is done. Every other failure
-// is such an *Error.
-func RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) error {
-	if db == nil || fn == nil {
-		return fencedInvalid(token, "nil db or fn")
-	}
-	var c config
-	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFenced(ctx, db, token, fn) })
 }
 
 // runFenced is RunFenced's work, without the observers.
@@ -125,15 +71,6 @@ func runFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) er
 		return fencedFailure(ctx, token, err)
 	}
 	return nil
-}
-
-// RunFencedPgx is [RunFenced] for a pgx pool.
-func RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) error {
-	if pool == nil || fn == nil {
-		return fencedInvalid(token, "nil pool or fn")
-	}
-	var c config
-	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFencedPgx(ctx, pool, token, fn) })
 }
 
 // runFencedPgx is RunFencedPgx's work, without the observers.
@@ -248,7 +185,7 @@ func fencedMessage(st lockStatement) string {
 // fencedOp is the step a failed fenced acquisition reports: "publish" when
 // the publish itself failed (the sequence is behind, LF004, or writers of
 // the previous token outlived the publish timeout), else "lock".
-func fencedOp(err error) string {
+func fencedOp(err error) Op {
 	var pgErr *pgconn.PgError
 	switch {
 	case !errors.As(err, &pgErr):
@@ -259,40 +196,29 @@ func fencedOp(err error) string {
 	return "lock"
 }
 
-// RunFenced is [RunFenced] for a write under l's token: its observers (see
-// [Observer]) see l's name and ID, and l's own observer ([Lock.With]) or its
-// lock set's ([SetObserverFor]) observes it, so that a rejected write counts
-// against the lock it was made for. The write itself is RunFenced's.
-func (l Lock) RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) error {
-	if db == nil || fn == nil {
-		return fencedInvalid(token, "nil db or fn")
-	}
-	c, err := l.fencedWrite()
-	if err != nil {
-		return err
-	}
-	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFenced(ctx, db, token, fn) })
-}
-
-// RunFencedPgx is [Lock.RunFenced] for a pgx pool.
-func (l Lock) RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) error {
-	if pool == nil || fn == nil {
-		return fencedInvalid(token, "nil pool or fn")
-	}
-	c, err := l.fencedWrite()
-	if err != nil {
-		return err
-	}
-	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFencedPgx(ctx, pool, token, fn) })
-}
-
 // fencedWrite is the call of a fenced write under l: its name, its ID and
 // the observer declared with it; its other declared options concern its
 // lock calls, not the write.
-func (l Lock) fencedWrite() (*config, error) {
-	declared, err := newConfig(l.ID, l.named(nil))
+func (l Lock) fencedWrite(token int64) (*config, error) {
+	declared, err := newConfig(packageState, l.ID, l.named(nil))
 	if err != nil {
 		return nil, err
 	}
-	return &config{ids: []int64{l.ID}, name: l.Name, observer: declared.observer}, nil
+	return &config{ids: []int64{l.ID}, name: l.Name, observer: declared.observer, token: token}, nil
+}
+
+// setFencingTokenSQL makes tx carry token (database/sql).
+func setFencingTokenSQL(ctx context.Context, tx *sql.Tx, token int64) error {
+	if err := sqlcstd.New().SetFencingToken(ctx, tx, token); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	return nil
+}
+
+// setFencingTokenPgx makes tx carry token (pgx).
+func setFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
+	if err := sqlcpgx.New().SetFencingToken(ctx, tx, token); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	return nil
 }

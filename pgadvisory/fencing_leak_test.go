@@ -133,7 +133,7 @@ var fencingFailureSteps = []fencingFailure{
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "lock", pe.Op)
+			require.Equal(t, pgadvisory.OpLock, pe.Op)
 		},
 		// The driver gives up at the deadline and cancels the statement
 		// on the server afterwards: wait until the server stopped waiting

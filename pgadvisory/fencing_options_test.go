@@ -46,7 +46,7 @@ func TestFencingRefusesSharedAndReadOnly(t *testing.T) {
 				require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 				var pe *pgadvisory.Error
 				require.ErrorAs(t, err, &pe)
-				require.Equal(t, "options", pe.Op)
+				require.Equal(t, pgadvisory.OpOptions, pe.Op)
 				require.ErrorContains(t, err, "WithFencing")
 				require.Zero(t, c.RoundTrips()-before, "refused before any round trip")
 				require.False(t, ran)

@@ -112,7 +112,7 @@ func TestFencingPublishOrdering(t *testing.T) {
 			require.Equal(t, "55P03", pgadvisory.SQLState(b.Err))
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, b.Err, &pe)
-			require.Equal(t, "publish", pe.Op)
+			require.Equal(t, pgadvisory.OpPublish, pe.Op)
 			require.Equal(t, []int64{key}, pe.LockIDs)
 			require.Equal(t, t1, fencing.Published(t, admin, key))
 

@@ -21,23 +21,6 @@ type Leader struct {
 	Since  time.Time // when it was elected (server clock)
 }
 
-// CurrentLeader reports who leads lockID now, or an error matching
-// [ErrNoLeader]. A leader whose backend is gone is never reported: the
-// leader recorded by the last election ([Lead]) is returned only while its
-// server backend is alive, is the same backend (its pid, started before the
-// election, so a reused pid is not mistaken for it), holds the lock in
-// exclusive mode,
-// and its term is the lock's published token. The check runs on the
-// server in one statement (pgadvisory.current_leader, migration 00007),
-// which needs no privilege on lockgen's tables.
-//
-// The answer can be out of date by the time it arrives: use it to show or
-// route, never as permission to act as the leader (that is what the term
-// and fencing are for).
-func CurrentLeader(ctx context.Context, db *sql.DB, lockID int64) (Leader, error) {
-	return currentLeader(ctx, db, lockID, "")
-}
-
 func currentLeader(ctx context.Context, db *sql.DB, lockID int64, name string) (Leader, error) {
 	if db == nil {
 		return Leader{}, currentLeaderInvalid(lockID, name, "nil *sql.DB")
@@ -49,11 +32,6 @@ func currentLeader(ctx context.Context, db *sql.DB, lockID int64, name string) (
 	return Leader{Holder: row.Holder, Term: row.Term, PID: row.Pid, Since: row.ElectedAt}, nil
 }
 
-// CurrentLeaderPgx is [CurrentLeader] for a pgx pool.
-func CurrentLeaderPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64) (Leader, error) {
-	return currentLeaderPgx(ctx, pool, lockID, "")
-}
-
 func currentLeaderPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, name string) (Leader, error) {
 	if pool == nil {
 		return Leader{}, currentLeaderInvalid(lockID, name, "nil *pgxpool.Pool")
@@ -63,16 +41,6 @@ func currentLeaderPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, nam
 		return Leader{}, currentLeaderFailure(ctx, lockID, name, err)
 	}
 	return Leader{Holder: row.Holder, Term: row.Term, PID: row.Pid, Since: row.ElectedAt.Time}, nil
-}
-
-// CurrentLeader is [CurrentLeader] on l.
-func (l Lock) CurrentLeader(ctx context.Context, db *sql.DB) (Leader, error) {
-	return currentLeader(ctx, db, l.ID, l.Name)
-}
-
-// CurrentLeaderPgx is [CurrentLeaderPgx] on l.
-func (l Lock) CurrentLeaderPgx(ctx context.Context, pool *pgxpool.Pool) (Leader, error) {
-	return currentLeaderPgx(ctx, pool, l.ID, l.Name)
 }
 
 // currentLeaderFailure is CurrentLeader's error: ErrNoLeader for no row,

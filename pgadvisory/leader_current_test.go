@@ -101,7 +101,7 @@ func TestCurrentLeaderAfterProcessKilled(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrNoLeader, d.Label())
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "current leader", pe.Op)
+		require.Equal(t, pgadvisory.OpCurrentLeader, pe.Op)
 	}
 	// Control: the row alone still names the dead leader.
 	var holder string

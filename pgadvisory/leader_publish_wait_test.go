@@ -26,12 +26,7 @@ func TestLeadPublishWaitSparesSharedConnection(t *testing.T) {
 		ctx := testdb.Context(t)
 		key, other := testdb.Key(t), testdb.Key(t)
 		table := fencing.Table(t, admin, schema, "publish_wait_"+map[frontdoor.Driver]string{frontdoor.SQL: "sql", frontdoor.Pgx: "pgx"}[drv], key, "strict")
-		d := frontdoor.Open(t, drv, frontdoor.MaxConns(4))
-		if drv == frontdoor.SQL {
-			require.NoError(t, pgadvisory.SetSessionConns(d.DB(), 1))
-		} else {
-			require.NoError(t, pgadvisory.SetSessionConnsPgx(d.Pool(), 1))
-		}
+		d := frontdoor.Open(t, drv, frontdoor.MaxConns(4)).WithLocker(pgadvisory.WithSessionConns(1))
 		writers := frontdoor.Open(t, drv, frontdoor.MaxConns(2))
 
 		// A first leader, deposed (it resigns), whose write is still in flight.
@@ -64,7 +59,7 @@ func TestLeadPublishWaitSparesSharedConnection(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "elect", pe.Op)
+		require.Equal(t, pgadvisory.OpElect, pe.Op)
 
 		// The other lock lives on: several checks pass on its connection.
 		time.Sleep(300 * time.Millisecond)

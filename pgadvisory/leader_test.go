@@ -367,7 +367,7 @@ func TestLeadNotMigrated(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrNotMigrated)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "elect", pe.Op)
+		require.Equal(t, pgadvisory.OpElect, pe.Op)
 		frontdoor.RequireIdle(t, d)
 		require.ErrorIs(t, d.Campaign(ctx, key, func(context.Context, int64) error { return nil }), pgadvisory.ErrNotMigrated)
 	})

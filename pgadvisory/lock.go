@@ -29,8 +29,13 @@ func (l Lock) With(opts ...Option) Lock {
 	return l
 }
 
-// String returns the lock's name and ID, e.g. "reports.daily_email(-6078806957557529815)".
+// String returns the lock's name and ID, e.g.
+// "reports.daily_email(-6078806957557529815)", or the ID alone for a lock
+// without a name ([ID]).
 func (l Lock) String() string {
+	if l.Name == "" {
+		return strconv.FormatInt(l.ID, 10)
+	}
 	return l.Name + "(" + strconv.FormatInt(l.ID, 10) + ")"
 }
 

@@ -49,10 +49,13 @@ const (
 	CallSession                       // RunSession
 	CallOnce                          // RunOnce
 	CallFenced                        // RunFenced: a fenced write, which takes no lock
+	CallLead                          // Lead, Campaign: a leadership
+	CallLockTx                        // LockTx: a lock in the caller's transaction
 )
 
 // String returns the family's name as metrics and spans carry it:
-// "run_exclusive", "run_session", "run_once" or "run_fenced".
+// "run_exclusive", "run_session", "run_once", "run_fenced", "lead" or
+// "lock_tx".
 func (k CallKind) String() string {
 	switch k {
 	case CallExclusive:
@@ -63,6 +66,10 @@ func (k CallKind) String() string {
 		return "run_once"
 	case CallFenced:
 		return "run_fenced"
+	case CallLead:
+		return "lead"
+	case CallLockTx:
+		return "lock_tx"
 	}
 	return "unknown"
 }
@@ -162,30 +169,30 @@ func WithCallObserver(o Observer) Option {
 	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = o })
 }
 
-// ObserverFunc turns an event function such as [SlogObserver]'s into an
-// [Observer], e.g. to set it for a whole process:
-//
-//	pgadvisory.SetObserver(pgadvisory.ObserverFunc(pgadvisory.SlogObserver(logger)))
-//
-// The function receives exactly the events [WithObserver] gives it.
+// ObserverFunc turns an event function into an [Observer] (nil stays nil).
+// The function receives every event of the calls, as [EventFunc] does.
 func ObserverFunc(observe func(Event)) Observer {
 	if observe == nil {
 		return nil
 	}
-	return eventFunc(observe)
+	return EventFunc(observe)
 }
 
-// eventFunc is an event function as an Observer and CallObserver: it keeps
-// no per-call state, so it follows every call as itself.
-type eventFunc func(Event)
+// EventFunc is an event function as an [Observer]: it receives every event
+// of every call it observes, and keeps no per-call state. [SlogObserver]
+// returns one. A nil EventFunc must not be used as an Observer.
+type EventFunc func(Event)
 
-func (f eventFunc) StartCall(ctx context.Context, _ Call) (context.Context, CallObserver) {
+// StartCall follows every call as f itself.
+func (f EventFunc) StartCall(ctx context.Context, _ Call) (context.Context, CallObserver) {
 	return ctx, f
 }
 
-func (f eventFunc) Event(e Event) { f(e) }
+// Event calls f.
+func (f EventFunc) Event(e Event) { f(e) }
 
-func (eventFunc) EndCall(CallEnd) {}
+// EndCall does nothing: the events say it all.
+func (EventFunc) EndCall(CallEnd) {}
 
 // observation is a call's observers and what they are told at the end.
 type observation struct {
@@ -201,7 +208,7 @@ type observation struct {
 // startCall starts observing the call of kind and reports whether anyone
 // observes it; *ctx becomes the context the observers return.
 func (c *config) startCall(ctx *context.Context, kind CallKind, window string, token int64) bool {
-	registered := registeredObserver(c.name)
+	registered := registeredObserver(c.name, c.lockerObserver)
 	if c.observer == nil && registered == nil {
 		return false
 	}

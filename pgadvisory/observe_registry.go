@@ -13,7 +13,11 @@ import (
 // It runs in addition to a call's own observer ([WithObserver],
 // [WithCallObserver], or one declared with [Lock.With]). Locks of a set
 // given to [SetObserverFor] are observed by that set's observer instead.
-// Calls that already started keep the observers they started with.
+// Calls that already started keep the observers they started with. A
+// Locker with its own observer ([WithLockerObserver]) uses that one
+// instead.
+//
+// Deprecated: give the observer to the Locker: New(d, WithLockerObserver(o)).
 func SetObserver(o Observer) {
 	if o == nil {
 		processObserver.Store(nil)
@@ -68,14 +72,18 @@ var (
 )
 
 // registeredObserver is the observer set for the lock name (by
-// SetObserverFor) or for the process (by SetObserver), or nil.
-func registeredObserver(name string) Observer {
+// SetObserverFor), else the call's Locker's (WithLockerObserver), else the
+// process's (SetObserver), or nil.
+func registeredObserver(name string, locker Observer) Observer {
 	if name != "" {
 		if m := lockSetObservers.Load(); m != nil {
 			if o, ok := (*m)[name]; ok {
 				return o
 			}
 		}
+	}
+	if locker != nil {
+		return locker
 	}
 	if p := processObserver.Load(); p != nil {
 		return *p

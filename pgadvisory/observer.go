@@ -75,10 +75,11 @@ type Event struct {
 	Token int64
 }
 
-// SlogObserver returns an observer that logs each event to logger: acquired
-// and released at Debug (a release with an error at Warn), contended at
-// Info, errors at Error.
-func SlogObserver(logger *slog.Logger) func(Event) {
+// SlogObserver returns an [Observer] that logs each event to logger:
+// acquired and released at Debug (a release with an error at Warn),
+// contended at Info, errors at Error. Give it to a Locker
+// ([WithLockerObserver]) or to one call ([WithCallObserver]).
+func SlogObserver(logger *slog.Logger) EventFunc {
 	return func(e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {

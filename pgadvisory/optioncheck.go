@@ -13,10 +13,11 @@ const (
 	famOnce                         // RunOnce, RunOncePgx
 	famSession                      // RunSession, RunSessionPgx
 	famLead                         // Lead, LeadPgx, Campaign, CampaignPgx
+	famLockTx                       // LockTx: a lock in the caller's transaction
 
-	famTx       = famExclusive | famOnce // the transaction-scoped calls
+	famTx       = famExclusive | famOnce // the transaction-scoped calls that run their own transaction
 	famSessions = famSession | famLead   // the session-lock calls
-	famAll      = famTx | famSessions
+	famAll      = famTx | famSessions | famLockTx
 )
 
 // String names the family's entry point, as the refusals say it.
@@ -30,6 +31,8 @@ func (f family) String() string {
 		return "RunSession"
 	case famLead:
 		return "Lead"
+	case famLockTx:
+		return "LockTx"
 	}
 	return "this call"
 }
@@ -50,6 +53,7 @@ const (
 	optHolder
 	optCheckTimeout
 	optSessionPooler
+	optReadOnly
 	optCount = iota
 )
 
@@ -64,8 +68,8 @@ type optionRule struct {
 // optionRules are indexed by the bit of the option kind.
 var optionRules = [optCount]optionRule{
 	{"WithWait", famAll, ""},
-	{"WithShared", famExclusive | famSession, "two shared holders would both run fn for one window"},
-	{"WithLocks", famTx | famSession, ""},
+	{"WithShared", famExclusive | famSession | famLockTx, "two shared holders would both run fn for one window"},
+	{"WithLocks", famTx | famSession | famLockTx, ""},
 	{"WithTxOptions", famTx, "a session lock runs no transaction of its own"},
 	{"WithPgxTxOptions", famTx, "a session lock runs no transaction of its own"},
 	{"WithObserver", famAll, ""},
@@ -74,6 +78,7 @@ var optionRules = [optCount]optionRule{
 	{"WithHolder", famOnce | famLead, "it names the holder in the run-once ledger or the leader table"},
 	{"WithCheckTimeout", famSessions, "only a session lock is checked while fn runs"},
 	{"WithSessionPooler", famSessions, "a transaction lock works through a pooler in session or transaction mode"},
+	{"WithReadOnly", famTx, "a session lock runs no transaction of its own"},
 }
 
 // leadWhy says why an option does not apply to Lead where the rule's own
@@ -84,6 +89,17 @@ var leadWhy = map[optionSet]string{
 	optTxOptions:    "a leadership runs no transaction of its own",
 	optPgxTxOptions: "a leadership runs no transaction of its own",
 	optFencing:      "the term fn receives is already the lock's published fencing token: pass it to RunFenced or SetFencingToken",
+	optReadOnly:     "a leadership runs no transaction of its own",
+}
+
+// lockTxWhy says why an option does not apply to LockTx where the rule's
+// own reason is about another family.
+var lockTxWhy = map[optionSet]string{
+	optTxOptions:    "the transaction is the caller's, begun with its own options",
+	optPgxTxOptions: "the transaction is the caller's, begun with its own options",
+	optReadOnly:     "the transaction is the caller's, begun with its own options",
+	optFencing:      "publishing the token needs a commit of its own before the work, which the caller's transaction cannot give",
+	optHolder:       "LockTx names no holder",
 }
 
 // mark records that the option of kind k is applied, and where it comes
@@ -124,6 +140,9 @@ func (c *config) checkOptions(fam family) error {
 			if fam == famLead && leadWhy[k] != "" {
 				why = leadWhy[k]
 			}
+			if fam == famLockTx && lockTxWhy[k] != "" {
+				why = lockTxWhy[k]
+			}
 			return fmt.Errorf("%s does not apply to %s: %s", c.optionName(k), fam, why)
 		}
 	}
@@ -144,8 +163,11 @@ func (c *config) checkOptions(fam family) error {
 	return nil
 }
 
-// txOptionsKind is the option that set the transaction's options.
+// txOptionsKind is the option that made the transaction read-only.
 func (c *config) txOptionsKind() optionSet {
+	if c.given&optReadOnly != 0 {
+		return optReadOnly
+	}
 	if c.given&optPgxTxOptions != 0 {
 		return optPgxTxOptions
 	}

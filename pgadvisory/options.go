@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Option adjusts one call of a Run function (RunExclusive, RunSession,
-// RunOnce, RunExclusiveRepo, their Pgx forms and the [Lock] methods), or a
-// [Lock]'s defaults ([Lock.With]). Options are made by this package's With
-// functions and applied in order, so a later one wins; a nil Option is
-// ignored.
+// Option adjusts one call of a [Locker] (or of the deprecated
+// package-level functions and [Lock] methods), or a [Lock]'s defaults
+// ([Lock.With]): what belongs to the call, where [LockerOption] holds what
+// belongs to the pool. Options are applied in order, so a later one wins;
+// a nil Option is ignored.
 //
 // An option that does not apply to the call, or a combination that cannot
 // work, is refused with [ErrInvalidArgument] (Op "options") before anything
@@ -24,16 +24,16 @@ import (
 //
 //   - [WithHolder] applies to RunOnce and Lead only; [WithCheckInterval],
 //     [WithCheckTimeout] and [WithSessionPooler] to RunSession and Lead
-//     only; [WithTxOptions], [WithPgxTxOptions] and [WithFencing] to the
-//     transaction-scoped calls (RunExclusive, RunExclusiveRepo, RunOnce),
-//     not to RunSession or Lead.
+//     only; [WithReadOnly] and [WithFencing] to the calls that run a
+//     transaction of their own (RunExclusive, RunOnce).
+//   - [Locker.LockTx] takes [WithWait], [WithShared], [WithLocks] and the
+//     observers only.
 //   - Lead (and Campaign) with [WithShared] (two shared holders would both
 //     lead) or [WithLocks] (one leadership, one lock, one term).
-//   - [WithTxOptions] and [WithPgxTxOptions] together: give one.
 //   - RunOnce with [WithShared]: two shared holders would both run fn for
 //     one window.
-//   - RunOnce with a read-only transaction: its claim of the window is a
-//     write.
+//   - RunOnce or [WithFencing] with a read-only transaction: the claim of
+//     the window, the publish of the token, is a write.
 type Option interface {
 	apply(*config)
 }
@@ -76,6 +76,13 @@ type config struct {
 
 	// ids as the text of a bigint array, once built (idsArg)
 	idsText string
+
+	// lockerObserver is the observer of the call's Locker (WithLockerObserver)
+	lockerObserver Observer
+	// lead: a leadership (Lead, Campaign)
+	lead bool
+	// token: a fenced write's token (RunFenced)
+	token int64
 
 	// run-once calls
 	runOnce      bool
@@ -129,10 +136,22 @@ func WithLocks(ids ...int64) Option {
 	return optionFunc(func(c *config) { c.mark(optLocks); c.ids = append(c.ids, ids...) })
 }
 
+// WithReadOnly makes the lock transaction of [Locker.RunExclusive]
+// read-only (BEGIN READ ONLY). It is refused where it cannot apply: for
+// session locks and leaderships (no transaction of their own), LockTx (the
+// transaction is the caller's), RunOnce (its claim is a write) and
+// [WithFencing] (publishing the token is a write).
+func WithReadOnly() Option {
+	return optionFunc(func(c *config) { c.mark(optReadOnly); c.readOnly = true })
+}
+
 // WithTxOptions sets the transaction options for the database/sql and pgx
 // front doors alike. Only the default isolation level and
 // [sql.LevelReadCommitted] are accepted (others return [ErrIsolationLevel]):
 // the lock transaction always runs at READ COMMITTED. ReadOnly is honoured.
+//
+// Deprecated: the lock transaction runs at READ COMMITTED whatever is
+// asked; the one option that remains is [WithReadOnly].
 func WithTxOptions(opts sql.TxOptions) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optTxOptions)
@@ -148,6 +167,9 @@ func WithTxOptions(opts sql.TxOptions) Option {
 
 // WithPgxTxOptions is [WithTxOptions] in pgx's terms. IsoLevel must be empty
 // or [pgx.ReadCommitted]; BeginQuery is not supported.
+//
+// Deprecated: use [WithReadOnly]. DeferrableMode and CommitQuery are not
+// honoured.
 func WithPgxTxOptions(opts pgx.TxOptions) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optPgxTxOptions)
@@ -171,6 +193,9 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 // for observers that follow whole calls (spans). It takes the place of an
 // earlier WithObserver or WithCallObserver; observers set for the process
 // or the lock set ([SetObserver], [SetObserverFor]) run in addition.
+//
+// Deprecated: use [WithCallObserver], which takes any [Observer]:
+// [SlogObserver]'s, or a function as an [EventFunc].
 func WithObserver(observe func(Event)) Option {
 	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = ObserverFunc(observe) })
 }
@@ -244,8 +269,8 @@ func WithSessionPooler() Option {
 // newCall resolves the options of a call of family fam and checks its
 // arguments: the database handle (what names it, e.g. "*sql.DB") and fn
 // must not be nil, and the options must fit the call (see checkOptions).
-func newCall(lockID int64, opts []Option, fam family, handle string, nilHandle, nilFn bool) (*config, error) {
-	c, err := newConfig(lockID, opts)
+func newCall(s *lockerState, lockID int64, opts []Option, fam family, handle string, nilHandle, nilFn bool) (*config, error) {
+	c, err := newConfig(s, lockID, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -282,9 +307,11 @@ const defaultCheckInterval = time.Second
 // WithCheckTimeout.
 const defaultCheckTimeout = 5 * time.Second
 
-// newConfig resolves the options of a call on lockID.
-func newConfig(lockID int64, opts []Option) (*config, error) {
-	c := &config{ids: []int64{lockID}, interval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
+// newConfig resolves the options of a call on lockID, over the defaults
+// of its Locker's state s.
+func newConfig(s *lockerState, lockID int64, opts []Option) (*config, error) {
+	c := &config{ids: []int64{lockID}, interval: s.interval, checkTimeout: s.checkTimeout,
+		sessionPooler: s.sessionPooler, holder: s.holder, lockerObserver: s.observer}
 	for _, opt := range opts {
 		if opt == nil {
 			continue

@@ -80,7 +80,7 @@ func TestOptionRefusals(t *testing.T) {
 				require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument, d.Label())
 				var pe *pgadvisory.Error
 				require.ErrorAs(t, err, &pe)
-				require.Equal(t, "options", pe.Op)
+				require.Equal(t, pgadvisory.OpOptions, pe.Op)
 				for _, s := range tc.says {
 					require.Contains(t, err.Error(), s, d.Label())
 				}

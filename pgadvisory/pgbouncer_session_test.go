@@ -42,7 +42,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
 	var pe *pgadvisory.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "lock", pe.Op, "caught by the pid the lock statement returned: %v", err)
+	require.Equal(t, pgadvisory.OpLock, pe.Op, "caught by the pid the lock statement returned: %v", err)
 	require.False(t, called)
 	require.Zero(t, len(witness.Of(direct).Holds(t, key)), "the guarded lock statement took nothing on the other backend")
 
@@ -54,7 +54,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 			pgadvisory.WithLocks(k2, k3), wait)
 		require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "lock", pe.Op, "caught by the pid the lock statement returned: %v", err)
+		require.Equal(t, pgadvisory.OpLock, pe.Op, "caught by the pid the lock statement returned: %v", err)
 		require.False(t, called)
 		require.Zero(t, len(witness.Of(direct).Holds(t, key, k2, k3)), "the guarded set statement took nothing")
 	}
@@ -107,7 +107,7 @@ func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
 	require.ErrorIs(t, err, pgadvisory.ErrLockLost)
 	var pe *pgadvisory.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "watch", pe.Op)
+	require.Equal(t, pgadvisory.OpWatch, pe.Op)
 	require.ErrorContains(t, err, "backend holds 0 of 1 locks")
 	terminateHolders(t, direct, key)
 }
@@ -143,7 +143,7 @@ func TestPgBouncerSessionReleaseNoticesMove(t *testing.T) {
 	require.ErrorIs(t, err, pgadvisory.ErrLockLost)
 	var pe *pgadvisory.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "release", pe.Op)
+	require.Equal(t, pgadvisory.OpRelease, pe.Op)
 	require.ErrorContains(t, err, "the unlock found 0 of 1 locks held")
 	holds := witness.Of(direct).Holds(t, key)
 	require.Len(t, holds, 1, "control: the lock stayed on the server connection the client lost")

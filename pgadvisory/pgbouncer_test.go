@@ -127,7 +127,7 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 				require.False(t, called, d.Label())
 				var pe *pgadvisory.Error
 				require.ErrorAs(t, err, &pe, d.Label())
-				require.Equal(t, "begin", pe.Op, "%s: refused before any lock statement", d.Label())
+				require.Equal(t, pgadvisory.OpBegin, pe.Op, "%s: refused before any lock statement", d.Label())
 				require.Zero(t, len(witness.Of(e.direct).Holds(t, key)), "%s left a lock on a server connection", d.Label())
 			}
 

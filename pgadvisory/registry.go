@@ -202,7 +202,7 @@ func RegisterInstance(ctx context.Context, db *sql.DB, lock Lock, params ...stri
 // registryError is the error of a failed Register ("register") or
 // RegisterInstance ("register instance"); kind is nil for a cause with no
 // dedicated kind.
-func registryError(op string, kind, err error) error {
+func registryError(op Op, kind, err error) error {
 	return &Error{Op: op, SQLState: SQLState(err), Kind: kind, Err: err}
 }
 

@@ -293,6 +293,6 @@ func requireRefusedUpFront(t *testing.T, err error, key int64) {
 	require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 	var pe *pgadvisory.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "begin", pe.Op)
+	require.Equal(t, pgadvisory.OpBegin, pe.Op)
 	require.Equal(t, []int64{key}, pe.LockIDs)
 }

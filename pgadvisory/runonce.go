@@ -2,81 +2,13 @@ package pgadvisory
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// RunOnce runs fn at most once successfully per (lockID, window), however
-// the callers' timing falls: the daily report that three replicas fire, or
-// that one replica fires again two seconds after another one finished.
-//
-// It is [RunExclusive] plus the run-once ledger pgadvisory.run_once (created
-// by [Migrate]). Once the lock is granted it claims the window with a
-// ledger row (lock, window, token, holder, start), in the lock transaction
-// and before fn runs; if the window already has a run it returns an error
-// matching [ErrAlreadyDone] without calling fn. The row commits with fn's
-// work or not at all: a failed run leaves no row and can be retried, and a
-// fn that ends the transaction itself ([ErrTxEnded]) commits the claim with
-// its work, so a window's work never runs twice. The table's primary key
-// makes a second run impossible even for code that bypasses this function.
-// window is any non-empty text, such as [DailyWindow]'s "2026-12-02".
-// Contention still returns [ErrLocked]. finished_at is set when the run
-// commits (by a trigger of the migrations).
-//
-// RunOnce refuses [WithShared] (two shared holders would both run fn for
-// one window) and a read-only transaction (the claim is a write) with
-// [ErrInvalidArgument], before anything is sent.
-//
-// At most once applies to what fn writes through tx. An external side effect
-// (sending an e-mail) is at most once only if it happens after everything
-// that can fail, and may then be lost if COMMIT fails; see the README.
-//
-// Round trips: those of RunExclusive plus one for the claim (four);
-// [RunOncePgx] sends the claim in the lock's round trip (two).
-func RunOnce(ctx context.Context, db *sql.DB, lockID int64, window string, fn func(*sql.Tx) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, famOnce, "*sql.DB", db == nil, fn == nil)
-	if err != nil {
-		return err
-	}
-	if err := c.setRunOnce(lockID, window); err != nil {
-		return err
-	}
-	d := &databaseSQLTx{db: db}
-	return run(ctx, c, d, func() error { return fn(d.tx) })
-}
-
-// RunOncePgx is [RunOnce] for a pgx pool. BEGIN, the lock statement and
-// the claim travel in one pipelined round trip, so a run costs two round
-// trips (that one and COMMIT) and a window already done one.
-func RunOncePgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, window string, fn func(pgx.Tx) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, famOnce, "*pgxpool.Pool", pool == nil, fn == nil)
-	if err != nil {
-		return err
-	}
-	if err := c.setRunOnce(lockID, window); err != nil {
-		return err
-	}
-	d := &pgxTx{pool: pool}
-	return run(ctx, c, d, func() error { return fn(d.tx) })
-}
-
-// RunOnce is [RunOnce] on l.
-func (l Lock) RunOnce(ctx context.Context, db *sql.DB, window string, fn func(*sql.Tx) error, opts ...Option) error {
-	return RunOnce(ctx, db, l.ID, window, fn, l.named(opts)...)
-}
-
-// RunOncePgx is [RunOncePgx] on l.
-func (l Lock) RunOncePgx(ctx context.Context, pool *pgxpool.Pool, window string, fn func(pgx.Tx) error, opts ...Option) error {
-	return RunOncePgx(ctx, pool, l.ID, window, fn, l.named(opts)...)
-}
 
 // WithHolder names the caller: in the run-once ledger's holder column
 // ([RunOnce]), or as the leader ([Lead]: [Leader].Holder, lockgen status).

@@ -6,95 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// RunSession runs fn while holding the session-level advisory lock lockID,
-// for work that spans many transactions (leader election, long batch jobs).
-//
-// The session locks of one pool share a few server connections (at most
-// 2 by default, see [SetSessionConns]): a call's locks are taken with
-// pg_try_advisory_lock on the least-loaded shared connection, which is
-// taken from db when the first lock needs it and given back as soon as it
-// holds no lock; statements on a shared connection run one at a time.
-// Advisory locks are re-entrant within a server session, so a key held by
-// another call of this process counts as held elsewhere (ErrLocked, or a
-// wait with [WithWait]) before a lock statement is sent, whatever
-// connection the two calls would use; so do overlapping sets, and shared
-// against exclusive ([WithShared]). A call whose locks are contended and that
-// waits ([WithWait]) waits in the server's queue on a connection of its
-// own, which joins the shared ones once the locks are granted, so a wait
-// never blocks the locks that share a connection; while it waits it uses
-// one more connection of db. With SetSessionConns(db, 0) every call takes
-// a connection of its own instead.
-//
-// fn gets a context that is canceled, with a cause wrapping
-// [ErrLockLost], as soon as a periodic check (see [WithCheckInterval] and
-// [WithCheckTimeout]) finds the lock's connection dead or the lock gone.
-// One query per shared connection checks all of its locks, at the
-// smallest interval, bounded by the smallest check timeout, among them. A
-// shared connection that dies, does not answer a check in time, or
-// misses one of its locks is closed, and the contexts of every lock on it
-// (and only those) are canceled. The lock is released when fn returns (or
-// panics), and the release verifies what it releases: if the unlock finds
-// fewer locks than were taken, or the connection is dead or does not
-// answer, the call returns an error of kind ErrLockLost (Op "release"),
-// whatever fn returned, because fn may have run without the lock, and the
-// connection is closed, which releases anything left on the server (and
-// ends the other locks on it, which that backend may have lost too).
-// Locks of a set ([WithLocks]) are taken whole or not at all, in
-// ascending order, in one statement whatever the size of the set, and
-// released in one statement before the call returns.
-//
-// Session locks must not go through a pooler that hands the server
-// connection to other clients: PgBouncer in pool_mode=transaction or
-// statement would pass the lock on with it. RunSession compares the backend
-// pid the server reports with the one announced when the connection was
-// opened (a pooler announces one of its own; a shared connection is
-// checked once, when it is opened), in a first statement sent
-// over the simple protocol, so that the check comes first whatever pgx's
-// query exec mode. A pooler is then told apart by a transaction it is asked
-// to open: statement mode refuses it, and the call returns
-// [ErrStatementPooler]; otherwise the call returns [ErrTransactionPooler],
-// unless [WithSessionPooler] declares a pooler in session mode, which a
-// client cannot tell from transaction mode. The pid comparison needs pgx
-// (pgxpool, or pgx's database/sql driver). With other drivers three later
-// defences remain: the lock statement takes the locks only on the backend
-// whose pid was just read (elsewhere it takes nothing, and the call returns
-// ErrTransactionPooler), the watcher's check counts the locks held by
-// whichever backend answers, so a session moved to another server
-// connection cancels fn's context with ErrLockLost, and so does the
-// release's count.
-//
-// fn's own database work uses other connections and is not covered by the
-// lock the way RunExclusive's transaction is: use fencing for correctness.
-func RunSession(ctx context.Context, db *sql.DB, lockID int64, fn func(context.Context) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, famSession, "*sql.DB", db == nil, fn == nil)
-	if err != nil {
-		return err
-	}
-	return runSession(ctx, c, db, databaseSQLSessions(db), fn)
-}
-
-// RunSessionPgx is [RunSession] for a pgx pool.
-func RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, fn func(context.Context) error, opts ...Option) error {
-	c, err := newCall(lockID, opts, famSession, "*pgxpool.Pool", pool == nil, fn == nil)
-	if err != nil {
-		return err
-	}
-	return runSession(ctx, c, pool, pgxSessions(pool), fn)
-}
-
-// RunSession is [RunSession] on l.
-func (l Lock) RunSession(ctx context.Context, db *sql.DB, fn func(context.Context) error, opts ...Option) error {
-	return RunSession(ctx, db, l.ID, fn, l.named(opts)...)
-}
-
-// RunSessionPgx is [RunSessionPgx] on l.
-func (l Lock) RunSessionPgx(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context) error, opts ...Option) error {
-	return RunSessionPgx(ctx, pool, l.ID, fn, l.named(opts)...)
-}
 
 // sessionQuerier runs one statement on the connection that holds a
 // session lock.
@@ -121,13 +33,17 @@ type sessionConn interface {
 	discard()
 }
 
-// runSession is the session-lock protocol shared by both front doors,
-// between its observers' start and end (observe.go).
-func runSession(ctx context.Context, c *config, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
+// runSession is the session-lock protocol shared by both drivers, between
+// its observers' start and end (observe.go), on the shared connections of
+// the Locker's state s (for pool), or on a connection of its own.
+func runSession(ctx context.Context, c *config, s *lockerState, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
 	c.session = true
-	return c.observed(ctx, CallSession, "", 0, func(ctx context.Context) error {
-		if n := sessionConnsFor(pool); n > 0 {
-			p := sessionPoolFor(pool, n, acquire)
+	kind := CallSession
+	if c.lead {
+		kind = CallLead
+	}
+	return c.observed(ctx, kind, "", 0, func(ctx context.Context) error {
+		if p := s.sessionPool(pool, acquire); p != nil {
 			defer p.done()
 			return runSessionMux(ctx, c, p, fn)
 		}
@@ -346,7 +262,7 @@ func (c *config) lockSession(ctx context.Context, conn sessionConn, s openedSess
 // sessionFailure is failure for a step on a session lock's connection,
 // which recognises a pooler by its prepared statements (see
 // pooledStatementError).
-func (c *config) sessionFailure(ctx context.Context, op string, err error) error {
+func (c *config) sessionFailure(ctx context.Context, op Op, err error) error {
 	if pooled := pooledStatementError(err); pooled != nil {
 		return c.refusal(ctx, op, ErrTransactionPooler, pooled)
 	}

@@ -23,10 +23,10 @@ func TestSessionOnLockedHook(t *testing.T) {
 	}
 	doors := []door{
 		{"database/sql", func(ctx context.Context, c *config, fn func(context.Context) error) error {
-			return runSession(ctx, c, db, databaseSQLSessions(db), fn)
+			return runSession(ctx, c, packageState, db, databaseSQLSessions(db), fn)
 		}},
 		{"pgx", func(ctx context.Context, c *config, fn func(context.Context) error) error {
-			return runSession(ctx, c, pool, pgxSessions(pool), fn)
+			return runSession(ctx, c, packageState, pool, pgxSessions(pool), fn)
 		}},
 	}
 	holderPID := func(t *testing.T, key int64) (pid int32) {
@@ -51,7 +51,7 @@ func TestSessionOnLockedHook(t *testing.T) {
 				}
 				ctx := testdb.Context(t)
 				key := testdb.Key(t)
-				c, err := newCall(key, nil, famSession, "pool", false, false)
+				c, err := newCall(packageState, key, nil, famSession, "pool", false, false)
 				require.NoError(t, err)
 				var hookPID int32
 				c.onLocked = func(ctx context.Context, q sessionQuerier) error {
@@ -62,7 +62,7 @@ func TestSessionOnLockedHook(t *testing.T) {
 					return nil
 				}))
 
-				c, err = newCall(key, nil, famSession, "pool", false, false)
+				c, err = newCall(packageState, key, nil, famSession, "pool", false, false)
 				require.NoError(t, err)
 				refused := errors.New("hook refused")
 				c.onLocked = func(ctx context.Context, q sessionQuerier) error {
@@ -79,7 +79,7 @@ func TestSessionOnLockedHook(t *testing.T) {
 				require.True(t, free, "the lock was released")
 
 				// A statement the server rejects does not cost the connection.
-				c, err = newCall(key, nil, famSession, "pool", false, false)
+				c, err = newCall(packageState, key, nil, famSession, "pool", false, false)
 				require.NoError(t, err)
 				c.onLocked = func(ctx context.Context, q sessionQuerier) error {
 					var n int

@@ -48,7 +48,7 @@ func TestSessionLockLost(t *testing.T) {
 			require.ErrorIs(t, err, context.Canceled, "fn's own error is kept")
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "watch", pe.Op)
+			require.Equal(t, pgadvisory.OpWatch, pe.Op)
 			require.Equal(t, []int64{key}, pe.LockIDs)
 
 			kinds := make([]pgadvisory.EventKind, len(events))

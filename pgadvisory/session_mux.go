@@ -115,8 +115,35 @@ func sessionPoolFor(pool any, max int, open func(context.Context) (sessionConn, 
 	return p
 }
 
-// done ends a user of p; the last one unregisters it.
+// sessionPool is the sessionPool of the session locks of s on pool,
+// registered for one more user (the caller ends with p.done), or nil when
+// each lock takes a connection of its own. A Locker's pool is its own; the
+// package Locker's (s.legacy) is pool's in the package registry, sized by
+// SetSessionConns.
+func (s *lockerState) sessionPool(pool any, open func(context.Context) (sessionConn, error)) *sessionPool {
+	if s.legacy {
+		if n := sessionConnsFor(pool); n > 0 {
+			return sessionPoolFor(pool, n, open)
+		}
+		return nil
+	}
+	if s.sessionConns == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shared == nil {
+		s.shared = &sessionPool{owned: true, max: s.sessionConns, open: open, held: map[int64]*keyHold{}}
+	}
+	return s.shared
+}
+
+// done ends a user of p; the last one unregisters it from the package
+// registry. A Locker's own pool is not registered.
 func (p *sessionPool) done() {
+	if p.owned {
+		return
+	}
 	sessionPoolsMu.Lock()
 	defer sessionPoolsMu.Unlock()
 	p.users--
@@ -128,6 +155,7 @@ func (p *sessionPool) done() {
 // sessionPool is the shared connections and the key table of one pool.
 type sessionPool struct {
 	key   any
+	owned bool // a Locker's: not in the package registry
 	open  func(context.Context) (sessionConn, error)
 	users int // calls using p; under sessionPoolsMu
 

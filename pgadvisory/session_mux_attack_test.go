@@ -68,7 +68,7 @@ func TestSessionSharedServerTimeouts(t *testing.T) {
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		door := frontdoor.Open(t, drv, frontdoor.URL(url), frontdoor.MaxConns(4))
-		require.NoError(t, setSessionConns(door, 1))
+		door = door.WithLocker(pgadvisory.WithSessionConns(1))
 		interval := pgadvisory.WithCheckInterval(20 * time.Millisecond)
 		var ends []func() (error, error)
 		var cancels []<-chan struct{}
@@ -120,7 +120,7 @@ func TestSessionSharedHalfOpen(t *testing.T) {
 		px := faultproxy.ToTestDB(t)
 		t.Cleanup(func() { px.Blackhole(false) })
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(4), frontdoor.Configure(px.Route))
-		require.NoError(t, setSessionConns(door, 1))
+		door = door.WithLocker(pgadvisory.WithSessionConns(1))
 		healthy := frontdoor.Open(t, drv, frontdoor.MaxConns(2))
 		opts := []pgadvisory.Option{pgadvisory.WithCheckInterval(50 * time.Millisecond), pgadvisory.WithCheckTimeout(200 * time.Millisecond)}
 		key := testdb.Key(t)
@@ -161,7 +161,7 @@ func TestSessionSharedPanic(t *testing.T) {
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(4))
-		require.NoError(t, setSessionConns(door, 1))
+		door = door.WithLocker(pgadvisory.WithSessionConns(1))
 		key := testdb.Key(t)
 		end, gone := holdShared(t, ctx, door, key, pgadvisory.WithCheckInterval(20*time.Millisecond))
 		recovered := func() (r any) {
@@ -193,7 +193,7 @@ func TestSessionSharedCancelWhileWaiting(t *testing.T) {
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(4))
-		require.NoError(t, setSessionConns(door, 1))
+		door = door.WithLocker(pgadvisory.WithSessionConns(1))
 		key := testdb.Key(t)
 		end, gone := holdShared(t, ctx, door, key, pgadvisory.WithCheckInterval(20*time.Millisecond))
 		holder, err := pgx.Connect(ctx, testdb.URL(t))
@@ -213,7 +213,7 @@ func TestSessionSharedCancelWhileWaiting(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "lock", pe.Op)
+		require.Equal(t, pgadvisory.OpLock, pe.Op)
 		_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", key+1)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return len(w.Holds(t, key+1)) == 0 }, 30*time.Second, 10*time.Millisecond,
@@ -246,7 +246,7 @@ func TestSessionSharedOpenGivenUp(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "begin", pe.Op)
+		require.Equal(t, pgadvisory.OpBegin, pe.Op)
 		release()
 		require.NoError(t, door.RunSession(testdb.Context(t), key, func(context.Context) error { return nil }))
 		frontdoor.RequireIdle(t, door)

@@ -19,8 +19,8 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Session locks of one pool share a few server connections (2 by
-// default, SetSessionConns). The tests count the backends of a pool of
+// Session locks of one Locker share a few server connections (2 by
+// default, WithSessionConns). The tests count the backends of a pool of
 // their own, told apart by its application_name.
 
 // muxDoor opens a pool of driver drv whose connections carry a unique
@@ -32,17 +32,9 @@ func muxDoor(t *testing.T, drv frontdoor.Driver, n int, opts ...frontdoor.Option
 	opts = append([]frontdoor.Option{frontdoor.Settings(map[string]string{"application_name": app})}, opts...)
 	door := frontdoor.Open(t, drv, opts...)
 	if n >= 0 {
-		require.NoError(t, setSessionConns(door, n))
+		door = door.WithLocker(pgadvisory.WithSessionConns(n))
 	}
 	return door, app
-}
-
-// setSessionConns is SetSessionConns for either front door.
-func setSessionConns(door frontdoor.Door, n int) error {
-	if door.Driver == frontdoor.SQL {
-		return pgadvisory.SetSessionConns(door.DB(), n)
-	}
-	return pgadvisory.SetSessionConnsPgx(door.Pool(), n)
 }
 
 // backends counts the server backends whose application_name is app.
@@ -206,7 +198,7 @@ func TestSessionSharedConnKilled(t *testing.T) {
 			require.ErrorIs(t, r.cause, pgadvisory.ErrLockLost)
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, r.err, &pe)
-			require.Equal(t, "watch", pe.Op)
+			require.Equal(t, pgadvisory.OpWatch, pe.Op)
 			require.Equal(t, []int64{r.key}, pe.LockIDs)
 		}
 		time.Sleep(300 * time.Millisecond) // six more checks of the survivors

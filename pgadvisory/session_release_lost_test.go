@@ -55,7 +55,7 @@ func TestSessionReleaseFindsLockLost(t *testing.T) {
 			require.ErrorIs(t, err, pgadvisory.ErrLockLost)
 			var pe *pgadvisory.Error
 			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "release", pe.Op)
+			require.Equal(t, pgadvisory.OpRelease, pe.Op)
 			require.Equal(t, []int64{key}, pe.LockIDs)
 			require.ErrorContains(t, err, "releasing the session lock")
 			if fnErr != nil {

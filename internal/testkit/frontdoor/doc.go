@@ -1,9 +1,8 @@
-// Package frontdoor runs one test body over both of pgadvisory's front
-// doors: the database/sql entry points (RunExclusive, RunOnce, RunSession,
-// RunFenced and the Lock methods on a *sql.DB) and their pgx twins
-// (RunExclusivePgx, … on a *pgxpool.Pool).
+// Package frontdoor runs one test body over both of pgadvisory's drivers:
+// a pgadvisory.Locker of Stdlib (a *sql.DB) and one of Pgx (a
+// *pgxpool.Pool).
 //
-// A [Door] is one front door bound to a connection pool. Its methods have
+// A [Door] is one Locker bound to a connection pool. Its methods have
 // the same shape for both drivers, and the transaction fn receives is a
 // [Tx], whichever driver opened it:
 //
@@ -22,7 +21,6 @@
 // control test (hand-written locking, the design source's code) began, so
 // that a control can run the same fn as the front door under test.
 //
-// Adding an entry family to pgadvisory (leader election, say) means adding
-// one method to Door that calls the database/sql or the pgx entry point,
-// and every two-door test can use it.
+// Adding a Locker method to pgadvisory means adding one method to Door
+// that calls it on either Locker, and every two-door test can use it.
 package frontdoor

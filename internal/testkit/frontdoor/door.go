@@ -21,27 +21,71 @@ type Driver string
 
 // The two front doors.
 const (
-	SQL Driver = "database/sql" // RunExclusive, RunOnce, RunSession, RunFenced on a *sql.DB
-	Pgx Driver = "pgx"          // RunExclusivePgx, RunOncePgx, RunSessionPgx, RunFencedPgx on a *pgxpool.Pool
+	SQL Driver = "database/sql" // a Locker of pgadvisory.Stdlib(*sql.DB)
+	Pgx Driver = "pgx"          // a Locker of pgadvisory.Pgx(*pgxpool.Pool)
 )
 
 // Drivers are both front doors, database/sql first.
 var Drivers = []Driver{SQL, Pgx}
 
-// Door is one front door bound to a connection pool. The zero Door is not
-// usable; get one from [Open], [ForEach], [OnDB] or [OnPool].
+// Door is one front door bound to a connection pool: a pgadvisory.Locker
+// of either driver. The zero Door is not usable; get one from [Open],
+// [ForEach], [OnDB] or [OnPool].
 type Door struct {
 	Driver Driver
 	db     *sql.DB       // set when Driver is SQL
 	pool   *pgxpool.Pool // set when Driver is Pgx
-	writes *Door         // where RunFenced runs; nil: this door's pool
+	sqlL   *pgadvisory.Locker[*sql.Tx]
+	pgxL   *pgadvisory.Locker[pgx.Tx]
+	writes *Door // where RunFenced runs; nil: this door's pool
 }
 
-// OnDB is the database/sql front door on db.
-func OnDB(db *sql.DB) Door { return Door{Driver: SQL, db: db} }
+// OnDB is the database/sql front door on db: a Locker of
+// pgadvisory.Stdlib(db) with opts. It panics if New refuses them.
+func OnDB(db *sql.DB, opts ...pgadvisory.LockerOption) Door {
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db), opts...)
+	if err != nil {
+		panic(fmt.Sprintf("frontdoor: %v", err))
+	}
+	return Door{Driver: SQL, db: db, sqlL: l}
+}
 
-// OnPool is the pgx front door on pool.
-func OnPool(pool *pgxpool.Pool) Door { return Door{Driver: Pgx, pool: pool} }
+// OnPool is the pgx front door on pool: a Locker of pgadvisory.Pgx(pool)
+// with opts. It panics if New refuses them.
+func OnPool(pool *pgxpool.Pool, opts ...pgadvisory.LockerOption) Door {
+	l, err := pgadvisory.New(pgadvisory.Pgx(pool), opts...)
+	if err != nil {
+		panic(fmt.Sprintf("frontdoor: %v", err))
+	}
+	return Door{Driver: Pgx, pool: pool, pgxL: l}
+}
+
+// WithLocker returns a door on d's pool with a new Locker made with opts
+// (shared session connections, defaults, an observer).
+func (d Door) WithLocker(opts ...pgadvisory.LockerOption) Door {
+	var n Door
+	if d.Driver == Pgx {
+		n = OnPool(d.pool, opts...)
+	} else {
+		n = OnDB(d.db, opts...)
+	}
+	n.writes = d.writes
+	return n
+}
+
+// Close is the door's Locker's Close.
+func (d Door) Close() error {
+	if d.Driver == Pgx {
+		return d.pgxL.Close()
+	}
+	return d.sqlL.Close()
+}
+
+// SQLLocker is the database/sql door's Locker, nil for the pgx door.
+func (d Door) SQLLocker() *pgadvisory.Locker[*sql.Tx] { return d.sqlL }
+
+// PgxLocker is the pgx door's Locker, nil for the database/sql door.
+func (d Door) PgxLocker() *pgadvisory.Locker[pgx.Tx] { return d.pgxL }
 
 // Label is the door's stable name: "database/sql" or "pgx".
 func (d Door) Label() string { return string(d.Driver) }
@@ -65,69 +109,109 @@ func (d Door) WithWrites(w Door) Door {
 	return d
 }
 
-// RunExclusive is pgadvisory.RunExclusive or RunExclusivePgx. A nil fn is
+// RunExclusive is Locker.RunExclusive with lockID as the lock. A nil fn is
 // passed on as nil.
 func (d Door) RunExclusive(ctx context.Context, lockID int64, fn func(Tx) error, opts ...pgadvisory.Option) error {
-	if d.Driver == Pgx {
-		return pgadvisory.RunExclusivePgx(ctx, d.pool, lockID, pgxFn(fn), opts...)
-	}
-	return pgadvisory.RunExclusive(ctx, d.db, lockID, sqlFn(fn), opts...)
+	return d.RunExclusiveLock(ctx, pgadvisory.ID(lockID), fn, opts...)
 }
 
-// RunExclusiveLock is l.RunExclusive or l.RunExclusivePgx.
+// RunExclusiveLock is Locker.RunExclusive.
 func (d Door) RunExclusiveLock(ctx context.Context, l pgadvisory.Lock, fn func(Tx) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return l.RunExclusivePgx(ctx, d.pool, pgxFn(fn), opts...)
+		return d.pgxL.RunExclusive(ctx, l, pgxFn(fn), opts...)
 	}
-	return l.RunExclusive(ctx, d.db, sqlFn(fn), opts...)
+	return d.sqlL.RunExclusive(ctx, l, sqlFn(fn), opts...)
 }
 
-// RunOnce is pgadvisory.RunOnce or RunOncePgx.
+// RunOnce is Locker.RunOnce with lockID as the lock.
 func (d Door) RunOnce(ctx context.Context, lockID int64, window string, fn func(Tx) error, opts ...pgadvisory.Option) error {
-	if d.Driver == Pgx {
-		return pgadvisory.RunOncePgx(ctx, d.pool, lockID, window, pgxFn(fn), opts...)
-	}
-	return pgadvisory.RunOnce(ctx, d.db, lockID, window, sqlFn(fn), opts...)
+	return d.RunOnceLock(ctx, pgadvisory.ID(lockID), window, fn, opts...)
 }
 
-// RunOnceLock is l.RunOnce or l.RunOncePgx.
+// RunOnceLock is Locker.RunOnce.
 func (d Door) RunOnceLock(ctx context.Context, l pgadvisory.Lock, window string, fn func(Tx) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return l.RunOncePgx(ctx, d.pool, window, pgxFn(fn), opts...)
+		return d.pgxL.RunOnce(ctx, l, window, pgxFn(fn), opts...)
 	}
-	return l.RunOnce(ctx, d.db, window, sqlFn(fn), opts...)
+	return d.sqlL.RunOnce(ctx, l, window, sqlFn(fn), opts...)
 }
 
-// RunSession is pgadvisory.RunSession or RunSessionPgx.
+// RunSession is Locker.RunSession with lockID as the lock.
 func (d Door) RunSession(ctx context.Context, lockID int64, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-	if d.Driver == Pgx {
-		return pgadvisory.RunSessionPgx(ctx, d.pool, lockID, fn, opts...)
-	}
-	return pgadvisory.RunSession(ctx, d.db, lockID, fn, opts...)
+	return d.RunSessionLock(ctx, pgadvisory.ID(lockID), fn, opts...)
 }
 
-// RunSessionLock is l.RunSession or l.RunSessionPgx.
+// RunSessionLock is Locker.RunSession.
 func (d Door) RunSessionLock(ctx context.Context, l pgadvisory.Lock, fn func(context.Context) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return l.RunSessionPgx(ctx, d.pool, fn, opts...)
+		return d.pgxL.RunSession(ctx, l, fn, opts...)
 	}
-	return l.RunSession(ctx, d.db, fn, opts...)
+	return d.sqlL.RunSession(ctx, l, fn, opts...)
 }
 
-// RunFenced is pgadvisory.RunFenced or RunFencedPgx, on the pool given to
-// [Door.WithWrites] if any, else on the door's own.
+// LockTx is Locker.LockTx in tx, a transaction of this door's driver
+// (made by [Door.Begin]).
+func (d Door) LockTx(ctx context.Context, tx Tx, l pgadvisory.Lock, opts ...pgadvisory.Option) error {
+	if d.Driver == Pgx {
+		return d.pgxL.LockTx(ctx, tx.(pgxTx).tx, l, opts...)
+	}
+	return d.sqlL.LockTx(ctx, tx.(sqlTx).tx, l, opts...)
+}
+
+// SetFencingToken is Locker.SetFencingToken in tx, a transaction of this
+// door's driver.
+func (d Door) SetFencingToken(ctx context.Context, tx Tx, token int64) error {
+	if d.Driver == Pgx {
+		return d.pgxL.SetFencingToken(ctx, tx.(pgxTx).tx, token)
+	}
+	return d.sqlL.SetFencingToken(ctx, tx.(sqlTx).tx, token)
+}
+
+// Begin begins a transaction on the door's pool at the isolation level
+// iso ("" for the server's default), for [Door.LockTx]; end is its COMMIT
+// (commit true) or ROLLBACK.
+func (d Door) Begin(ctx context.Context, iso string) (tx Tx, end func(commit bool) error, err error) {
+	if d.Driver == Pgx {
+		ptx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.TxIsoLevel(iso)})
+		if err != nil {
+			return nil, nil, err
+		}
+		return PgxTx(ptx), func(commit bool) error {
+			if commit {
+				return ptx.Commit(ctx)
+			}
+			return ptx.Rollback(ctx)
+		}, nil
+	}
+	levels := map[string]sql.IsolationLevel{"": sql.LevelDefault, "read committed": sql.LevelReadCommitted,
+		"repeatable read": sql.LevelRepeatableRead, "serializable": sql.LevelSerializable}
+	stx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: levels[iso]})
+	if err != nil {
+		return nil, nil, err
+	}
+	return SQLTx(stx), func(commit bool) error {
+		if commit {
+			return stx.Commit()
+		}
+		return stx.Rollback()
+	}, nil
+}
+
+// RunFenced is Locker.RunFenced, on the pool given to [Door.WithWrites] if
+// any, else on the door's own.
 func (d Door) RunFenced(ctx context.Context, token int64, fn func(Tx) error) error {
 	w := d
 	if d.writes != nil {
 		w = *d.writes
 	}
 	if w.Driver == Pgx {
-		return pgadvisory.RunFencedPgx(ctx, w.pool, token, pgxFn(fn))
+		return w.pgxL.RunFenced(ctx, token, pgxFn(fn))
 	}
-	return pgadvisory.RunFenced(ctx, w.db, token, sqlFn(fn))
+	return w.sqlL.RunFenced(ctx, token, sqlFn(fn))
 }
 
-// RunFencedLock is l.RunFenced or l.RunFencedPgx, on the pool given to
+// RunFencedLock is l.RunFenced or l.RunFencedPgx (deprecated Lock
+// methods: the Locker's RunFenced takes no Lock), on the pool given to
 // [Door.WithWrites] if any, else on the door's own.
 func (d Door) RunFencedLock(ctx context.Context, l pgadvisory.Lock, token int64, fn func(Tx) error) error {
 	w := d

@@ -6,34 +6,31 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Lead is pgadvisory.Lead or LeadPgx.
+// Lead is Locker.Lead with lockID as the lock.
 func (d Door) Lead(ctx context.Context, lockID int64, fn func(ctx context.Context, term int64) error, opts ...pgadvisory.Option) error {
-	if d.Driver == Pgx {
-		return pgadvisory.LeadPgx(ctx, d.pool, lockID, fn, opts...)
-	}
-	return pgadvisory.Lead(ctx, d.db, lockID, fn, opts...)
+	return d.LeadLock(ctx, pgadvisory.ID(lockID), fn, opts...)
 }
 
-// LeadLock is l.Lead or l.LeadPgx.
+// LeadLock is Locker.Lead.
 func (d Door) LeadLock(ctx context.Context, l pgadvisory.Lock, fn func(ctx context.Context, term int64) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return l.LeadPgx(ctx, d.pool, fn, opts...)
+		return d.pgxL.Lead(ctx, l, fn, opts...)
 	}
-	return l.Lead(ctx, d.db, fn, opts...)
+	return d.sqlL.Lead(ctx, l, fn, opts...)
 }
 
-// Campaign is pgadvisory.Campaign or CampaignPgx.
+// Campaign is Locker.Campaign with lockID as the lock.
 func (d Door) Campaign(ctx context.Context, lockID int64, fn func(ctx context.Context, term int64) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return pgadvisory.CampaignPgx(ctx, d.pool, lockID, fn, opts...)
+		return d.pgxL.Campaign(ctx, pgadvisory.ID(lockID), fn, opts...)
 	}
-	return pgadvisory.Campaign(ctx, d.db, lockID, fn, opts...)
+	return d.sqlL.Campaign(ctx, pgadvisory.ID(lockID), fn, opts...)
 }
 
-// CurrentLeader is pgadvisory.CurrentLeader or CurrentLeaderPgx.
+// CurrentLeader is Locker.CurrentLeader with lockID as the lock.
 func (d Door) CurrentLeader(ctx context.Context, lockID int64) (pgadvisory.Leader, error) {
 	if d.Driver == Pgx {
-		return pgadvisory.CurrentLeaderPgx(ctx, d.pool, lockID)
+		return d.pgxL.CurrentLeader(ctx, pgadvisory.ID(lockID))
 	}
-	return pgadvisory.CurrentLeader(ctx, d.db, lockID)
+	return d.sqlL.CurrentLeader(ctx, pgadvisory.ID(lockID))
 }

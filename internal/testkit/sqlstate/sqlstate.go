@@ -48,7 +48,7 @@ func RequireKind(t testing.TB, err, kind error, code string, msgAndArgs ...any) 
 // SQLState is code. code "" means the server raised nothing (a broken
 // connection, a context); otherwise the driver's error stays reachable
 // ([Require]). It returns the *pgadvisory.Error.
-func RequireTyped(t testing.TB, err, kind error, op, code string, msgAndArgs ...any) *pgadvisory.Error {
+func RequireTyped(t testing.TB, err, kind error, op pgadvisory.Op, code string, msgAndArgs ...any) *pgadvisory.Error {
 	t.Helper()
 	require.ErrorIs(t, err, kind, msgAndArgs...)
 	var pe *pgadvisory.Error

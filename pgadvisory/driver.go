@@ -1,0 +1,115 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Driver is a connection pool as a [Locker] uses it, and fixes the type of
+// the transaction that fn receives (TTx): [*sql.Tx] for [Stdlib], [pgx.Tx]
+// for [Pgx]. It is sealed: only this package implements it, so a Locker
+// can rely on what each driver sends (see the round trips stated on each
+// Locker method).
+type Driver[TTx any] interface {
+	// handle is the pool (*sql.DB or *pgxpool.Pool), what names it in
+	// errors, and whether it is nil.
+	handle() (pool any, name string, isNil bool)
+	// runTx runs the transaction-lock protocol (protocol.go) for the
+	// resolved call c, with fn in the lock transaction.
+	runTx(ctx context.Context, c *config, fn func(TTx) error) error
+	// sessions opens the dedicated connections of session locks.
+	sessions() func(context.Context) (sessionConn, error)
+	// nilTx reports a nil transaction.
+	nilTx(tx TTx) bool
+	// setFencingToken makes tx carry token.
+	setFencingToken(ctx context.Context, tx TTx, token int64) error
+	// runFenced is a fenced write's transaction: BEGIN, the token, fn,
+	// COMMIT.
+	runFenced(ctx context.Context, c *config, fn func(TTx) error) error
+	// currentLeader reads pgadvisory.current_leader for lockID.
+	currentLeader(ctx context.Context, lockID int64, name string) (Leader, error)
+	// lockTxRow runs LockTx's statement in tx.
+	lockTxRow(ctx context.Context, tx TTx, query string, args []any) (lockTxResult, error)
+}
+
+// Stdlib is the [Driver] of a database/sql pool: fn receives the [*sql.Tx].
+// Any PostgreSQL driver for database/sql works; pgx's stdlib driver
+// (github.com/jackc/pgx/v5/stdlib) lets session locks detect a pooler by
+// its backend pid.
+func Stdlib(db *sql.DB) Driver[*sql.Tx] { return stdlibDriver{db: db} }
+
+// Pgx is the [Driver] of a pgx pool: fn receives the [pgx.Tx]. It sends
+// BEGIN and the lock statement in one round trip.
+func Pgx(pool *pgxpool.Pool) Driver[pgx.Tx] { return pgxDriver{pool: pool} }
+
+// stdlibDriver is Stdlib's Driver. It is one pointer, so that it fits in an
+// interface value without an allocation.
+type stdlibDriver struct{ db *sql.DB }
+
+func (s stdlibDriver) handle() (any, string, bool) { return s.db, "*sql.DB", s.db == nil }
+
+func (s stdlibDriver) runTx(ctx context.Context, c *config, fn func(*sql.Tx) error) error {
+	d := &databaseSQLTx{db: s.db}
+	return run(ctx, c, d, func() error { return fn(d.tx) })
+}
+
+func (s stdlibDriver) sessions() func(context.Context) (sessionConn, error) {
+	return databaseSQLSessions(s.db)
+}
+
+func (stdlibDriver) nilTx(tx *sql.Tx) bool { return tx == nil }
+
+func (stdlibDriver) setFencingToken(ctx context.Context, tx *sql.Tx, token int64) error {
+	return setFencingTokenSQL(ctx, tx, token)
+}
+
+func (s stdlibDriver) runFenced(ctx context.Context, c *config, fn func(*sql.Tx) error) error {
+	return c.observed(ctx, CallFenced, "", c.token, func(ctx context.Context) error { return runFenced(ctx, s.db, c.token, fn) })
+}
+
+func (s stdlibDriver) currentLeader(ctx context.Context, lockID int64, name string) (Leader, error) {
+	return currentLeader(ctx, s.db, lockID, name)
+}
+
+func (stdlibDriver) lockTxRow(ctx context.Context, tx *sql.Tx, query string, args []any) (lockTxResult, error) {
+	var r lockTxResult
+	err := tx.QueryRowContext(ctx, query, args...).Scan(&r.granted, &r.standby, &r.isolation)
+	return r, err
+}
+
+// pgxDriver is Pgx's Driver.
+type pgxDriver struct{ pool *pgxpool.Pool }
+
+func (p pgxDriver) handle() (any, string, bool) { return p.pool, "*pgxpool.Pool", p.pool == nil }
+
+func (p pgxDriver) runTx(ctx context.Context, c *config, fn func(pgx.Tx) error) error {
+	d := &pgxTx{pool: p.pool}
+	return run(ctx, c, d, func() error { return fn(d.tx) })
+}
+
+func (p pgxDriver) sessions() func(context.Context) (sessionConn, error) {
+	return pgxSessions(p.pool)
+}
+
+func (pgxDriver) nilTx(tx pgx.Tx) bool { return tx == nil }
+
+func (pgxDriver) setFencingToken(ctx context.Context, tx pgx.Tx, token int64) error {
+	return setFencingTokenPgx(ctx, tx, token)
+}
+
+func (p pgxDriver) runFenced(ctx context.Context, c *config, fn func(pgx.Tx) error) error {
+	return c.observed(ctx, CallFenced, "", c.token, func(ctx context.Context) error { return runFencedPgx(ctx, p.pool, c.token, fn) })
+}
+
+func (p pgxDriver) currentLeader(ctx context.Context, lockID int64, name string) (Leader, error) {
+	return currentLeaderPgx(ctx, p.pool, lockID, name)
+}
+
+func (pgxDriver) lockTxRow(ctx context.Context, tx pgx.Tx, query string, args []any) (lockTxResult, error) {
+	var r lockTxResult
+	err := tx.QueryRow(ctx, query, args...).Scan(&r.granted, &r.standby, &r.isolation)
+	return r, err
+}

@@ -1,0 +1,203 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// This file: the Locker, one example per method and driver.
+
+func ExampleNew() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db) // pgadvisory.Migrate: lockgen's schema, once per deploy
+
+	// One Locker per pool, shared by the whole program.
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithDefaultHolder("replica-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	// cmd/lockgen generates Lock values like this one from locks.yaml.
+	report := pgadvisory.Lock{Name: "reports.daily_email", ID: exampleLockID("new")}
+	err = locker.RunExclusive(ctx, report, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "SELECT 1") // the protected work, through tx
+		return err
+	})
+	fmt.Println("sent:", err == nil)
+	// Output:
+	// sent: true
+}
+
+func ExampleLocker_RunExclusive() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	report := pgadvisory.Lock{Name: "reports.daily_email", ID: exampleLockID("locker_run_exclusive")}
+
+	// fn receives a pgx.Tx: the Locker's driver fixes the type.
+	err = locker.RunExclusive(ctx, report, func(tx pgx.Tx) error {
+		// Meanwhile another replica asks for the same lock and gives up at once.
+		err := locker.RunExclusive(ctx, report, func(pgx.Tx) error { return nil })
+		fmt.Println("other replica locked out:", errors.Is(err, pgadvisory.ErrLocked))
+		_, err = tx.Exec(ctx, "SELECT 1")
+		return err
+	})
+	fmt.Println("holder:", err)
+	// Output:
+	// other replica locked out: true
+	// holder: <nil>
+}
+
+func ExampleLocker_RunOnce() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	digest := pgadvisory.Lock{Name: "reports.digest", ID: exampleLockID("locker_run_once")}
+	window := pgadvisory.DailyWindow(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC), time.UTC)
+
+	for replica := 1; replica <= 2; replica++ {
+		err := locker.RunOnce(ctx, digest, window, func(*sql.Tx) error { return nil })
+		fmt.Printf("replica %d: already done: %v\n", replica, errors.Is(err, pgadvisory.ErrAlreadyDone))
+	}
+	// Output:
+	// replica 1: already done: false
+	// replica 2: already done: true
+}
+
+func ExampleLocker_RunSession() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	// The session locks of this Locker share one server connection.
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithSessionConns(1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	compaction := pgadvisory.Lock{Name: "jobs.compaction", ID: exampleLockID("locker_run_session")}
+
+	err = locker.RunSession(ctx, compaction, func(ctx context.Context) error {
+		// ctx is canceled if the lock is lost; long work checks it.
+		fmt.Println("compacting; lock lost:", ctx.Err() != nil)
+		return nil
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// compacting; lock lost: false
+	// done: <nil>
+}
+
+func ExampleLocker_Lead() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithDefaultHolder("scheduler-a"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	scheduler := pgadvisory.Lock{Name: "scheduler", ID: exampleLockID("locker_lead")}
+
+	err = locker.Lead(ctx, scheduler, func(ctx context.Context, term int64) error {
+		leader, err := locker.CurrentLeader(ctx, scheduler)
+		if err != nil {
+			return err
+		}
+		fmt.Println("leader:", leader.Holder, "term is the published token:", leader.Term == term)
+		return nil // resign
+	})
+	fmt.Println("resigned:", err)
+	_, err = locker.CurrentLeader(ctx, scheduler)
+	fmt.Println("no leader now:", errors.Is(err, pgadvisory.ErrNoLeader))
+	// Output:
+	// leader: scheduler-a term is the published token: true
+	// resigned: <nil>
+	// no leader now: true
+}
+
+func ExampleLocker_LockTx() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	account := pgadvisory.Lock{Name: "accounts.rebalance", ID: exampleLockID("locker_lock_tx")}
+
+	// A transaction the caller already has, at READ COMMITTED.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := locker.LockTx(ctx, tx, account); err != nil {
+		log.Fatal(err)
+	}
+	// Held until tx ends: another transaction is refused.
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("other:", errors.Is(locker.LockTx(ctx, other, account), pgadvisory.ErrLocked))
+	_ = other.Rollback(ctx)
+
+	// A snapshot older than the lock is refused.
+	rr, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("repeatable read:", errors.Is(locker.LockTx(ctx, rr, account), pgadvisory.ErrIsolationLevel))
+	_ = rr.Rollback(ctx)
+	fmt.Println("commit:", tx.Commit(ctx))
+	// Output:
+	// other: true
+	// repeatable read: true
+	// commit: <nil>
+}
+
+func ExampleLocker_Close() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = locker.Close() // at shutdown; the pool stays open
+	err = locker.RunExclusive(ctx, pgadvisory.ID(exampleLockID("locker_close")), func(*sql.Tx) error { return nil })
+	fmt.Println(errors.Is(err, pgadvisory.ErrClosed))
+	// Output:
+	// true
+}
+
+func ExampleID() {
+	// A raw key, for locks not declared in locks.yaml.
+	fmt.Println(pgadvisory.ID(42))
+	// Output:
+	// 42
+}
