@@ -140,3 +140,44 @@ func openWriter(t *testing.T, db *sql.DB, token int64, stmt string) writer {
 	w.tx = tx
 	return w
 }
+
+// TestFenceAcquireSetNotGrantedTakesNothing: fence_acquire over a set whose
+// higher key another session holds (try, not wait) returns granted = false
+// and leaves this session holding none of the set: the lower key, which it
+// took first at session level (a lock that outlives the transaction), is
+// released. The control: with the higher key free, both are granted and
+// held by the session.
+func TestFenceAcquireSetNotGrantedTakesNothing(t *testing.T) {
+	ctx := testdb.Context(t)
+	db := migrated.DB(t)
+	low, high := testdb.Key(t), testdb.Key(t)
+	if low > high {
+		low, high = high, low
+	}
+	other := conn(t, db)
+	_, err := other.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, high)
+	require.NoError(t, err)
+
+	c := conn(t, db)
+	acquire := func() (granted bool, held int) {
+		t.Helper()
+		tx, err := c.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, tx.QueryRowContext(ctx, `SELECT granted FROM pgadvisory.fence_acquire(ARRAY[$1, $2]::bigint[], false, NULL, '5s')`, low, high).Scan(&granted))
+		require.NoError(t, tx.Rollback())
+		require.NoError(t, c.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()`).Scan(&held))
+		return granted, held
+	}
+	granted, held := acquire()
+	require.False(t, granted)
+	require.Zero(t, held, "the session holds none of the set")
+
+	// CONTROL: the higher key free, the set is granted and held.
+	_, err = other.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, high)
+	require.NoError(t, err)
+	granted, held = acquire()
+	require.True(t, granted)
+	require.Equal(t, 2, held)
+	_, err = c.ExecContext(ctx, `SELECT pg_advisory_unlock_all()`)
+	require.NoError(t, err)
+}

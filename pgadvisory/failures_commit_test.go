@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -52,4 +53,46 @@ func TestFailCommitRejected(t *testing.T) {
 		}))
 		require.True(t, w.Committed(t, "accepted"))
 	})
+}
+
+// TestCommitNeverSent: fn's last statement ends its own backend (the
+// connection fails before COMMIT is written) and fn returns nil anyway.
+// COMMIT is then never sent, so nothing was committed, and the call says
+// so: ErrConnLost with Op "commit", never ErrCommitUnknown ("it may have
+// committed"); the row fn wrote is not there and the lock is free. The
+// control: the same call without the failing statement commits its row.
+//
+// pgx only: the pgx front door sees that the connection is closed before
+// it would send COMMIT. database/sql gives the transaction no view of its
+// connection, and its COMMIT fails with pgx's "conn closed", which pgx
+// also returns for a connection that broke while it read COMMIT's answer:
+// there the outcome stays unknown (see commitSent).
+func TestCommitNeverSent(t *testing.T) {
+	ctx := testdb.Context(t)
+	w := witness.New(t)
+	door := frontdoor.Open(t, frontdoor.Pgx, frontdoor.MaxConns(failurePoolSize))
+	key := testdb.Key(t)
+	err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+		if err := w.Mark(ctx, tx, "never sent"); err != nil {
+			return err
+		}
+		// FATAL 57P01: the server ends this session; fn ignores it.
+		require.Error(t, tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`))
+		return nil
+	})
+	var pe *pgadvisory.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "commit", pe.Op, "%v", err)
+	require.ErrorIs(t, err, pgadvisory.ErrConnLost)
+	require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
+	require.False(t, w.Committed(t, "never sent"))
+	require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond,
+		"the ended backend's lock is released")
+	frontdoor.RequireIdle(t, door)
+
+	// CONTROL: without the failing statement, the same call commits.
+	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+		return w.Mark(ctx, tx, "sent")
+	}))
+	require.True(t, w.Committed(t, "sent"))
 }

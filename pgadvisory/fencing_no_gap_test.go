@@ -46,7 +46,10 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 					fDone <- door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
 						tok, _ := tx.FencingToken()
 						entered <- tok
-						<-release
+						select { // the test's end releases fn when a check failed first
+						case <-release:
+						case <-ctx.Done():
+						}
 						return nil
 					}, pgadvisory.WithFencing(), pgadvisory.WithWait(0))
 				}()
@@ -60,6 +63,8 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 				raw := rawConn(t, admin)
 				rawTx, err := raw.BeginTx(ctx, nil)
 				require.NoError(t, err)
+				// Before raw's Close, which waits for an open transaction.
+				t.Cleanup(func() { _ = rawTx.Rollback() })
 				rDone := make(chan error, 1)
 				go func() {
 					_, err := rawTx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)

@@ -51,7 +51,7 @@ var Mutants = []Mutant{
 		Search:  "                PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;\n                v_taken := 0;",
 		Replace: "                v_taken := 0;",
 		Promise: "a fenced set not granted whole leaves none of its locks held",
-		Pkgs:    pgadvisory, Run: "^(TestFencingFailuresLeakNothing|TestPgBouncerFencing)$",
+		Pkgs:    migrations, Run: "^TestFenceAcquireSetNotGrantedTakesNothing$",
 	},
 	{
 		Name: "fence-error-keeps-locks", Area: "fencing",
@@ -59,7 +59,7 @@ var Mutants = []Mutant{
 		Search:  "        PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;\n        IF v_step = 'publish'",
 		Replace: "        IF v_step = 'publish'",
 		Promise: "a fenced acquisition that fails after its first lock releases what it took",
-		Pkgs:    pgadvisory, Run: "^(TestFencingFailuresLeakNothing|TestPgBouncerFencing)$",
+		Pkgs:    migrations, Run: "^TestFencePublishTimesOutForInFlightWrites$",
 	},
 	{
 		Name: "fence-handover-gap", Area: "fencing",
@@ -254,6 +254,14 @@ var Mutants = []Mutant{
 
 	// ---- elections ----
 	{
+		Name: "elect-async-commit", Area: "election",
+		File:    "migrations/00008_security.sql",
+		Search:  "    IF pg_catalog.current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN\n        v_set",
+		Replace: "    IF false THEN\n        v_set",
+		Promise: "an election commits synchronously: Lead returns no term before the election is durable",
+		Pkgs:    pgadvisory, Run: "^TestLeadElectionIsSynchronous$",
+	},
+	{
 		Name: "elect-without-lock", Area: "election",
 		File:    "migrations/00008_security.sql",
 		Search:  "    IF NOT pg_catalog.pg_try_advisory_xact_lock(p_lock_id)\n       OR NOT pg_catalog.pg_advisory_unlock(p_lock_id) THEN",
@@ -344,6 +352,54 @@ var Mutants = []Mutant{
 
 	// ---- loss of a session lock: shared connections ----
 	{
+		Name: "shared-largest-interval", Area: "loss",
+		File:    "pgadvisory/session_muxwatch.go",
+		Search:  "if first || l.c.interval < interval {",
+		Replace: "if first || l.c.interval > interval {",
+		Promise: "a shared connection is checked at the smallest WithCheckInterval among its locks",
+		Pkgs:    pgadvisory, Run: "^TestSessionSharedSmallestInterval$",
+	},
+	{
+		Name: "shared-no-rearm", Area: "loss",
+		File:    "pgadvisory/session_muxrun.go",
+		Search:  "\tif c.interval < sc.armed {\n",
+		Replace: "\tif false {\n",
+		Promise: "a lock that wants a shorter interval than its shared connection's re-arms the check",
+		Pkgs:    pgadvisory, Run: "^TestSessionSharedSmallestInterval$",
+	},
+	{
+		Name: "shared-largest-timeout", Area: "loss",
+		File:    "pgadvisory/session_muxwatch.go",
+		Search:  "if first || l.c.checkTimeout < timeout {",
+		Replace: "if first || l.c.checkTimeout > timeout {",
+		Promise: "a shared connection's check is bounded by the smallest WithCheckTimeout among its locks",
+		Pkgs:    pgadvisory, Run: "^TestSessionSharedSmallestInterval$",
+	},
+	{
+		Name: "shared-check-failure-ignored", Area: "loss",
+		File:    "pgadvisory/session_muxwatch.go",
+		Search:  "\t\tsc.fail(err) // a check that fails is a loss, as a dedicated connection's\n\t\treturn false",
+		Replace: "\t\treturn true",
+		Promise: "a shared connection whose check fails (a terminated backend, a half-open link) cancels its locks' work",
+		Pkgs:    pgadvisory, Run: "^TestSessionLossStories$",
+	},
+	{
+		Name: "shared-missing-lock-ignored", Area: "loss",
+		File:    "pgadvisory/session_muxwatch.go",
+		Search:  "\tif len(want) > 0 {\n",
+		Replace: "\tif false {\n",
+		Promise: "a shared connection whose backend no longer holds one of its locks cancels their work",
+		Pkgs:    pgadvisory, Run: "^TestSessionLossStories$",
+	},
+	{
+		Name: "shared-release-first-key-only", Area: "loss",
+		File:    "pgadvisory/session_muxrun.go",
+		Search:  "\tif int(released) != len(c.ids) {\n\t\terr := fmt.Errorf",
+		Replace: "\tif released == 0 {\n\t\terr := fmt.Errorf",
+		Promise: "a session lock over several keys of which one is gone at release ends in ErrLockLost",
+		Pkgs:    pgadvisory, Run: "^TestSessionReleasePartlyLostSet$",
+	},
+	{
 		Name: "shared-unlock-failure-ignored", Area: "loss",
 		File:    "pgadvisory/session_muxrun.go",
 		Search:  "\t\tsc.fail(fmt.Errorf(\"an unlock on it failed: %w\", err))\n\t\treturn nil, fmt.Errorf(\"the unlock failed; the connection was closed, so the server releases the locks: %w\", err)",
@@ -353,6 +409,38 @@ var Mutants = []Mutant{
 	},
 
 	// ---- loss of a session lock: dedicated connections (SetSessionConns(db, 0)) ----
+	{
+		Name: "dedicated-check-ignored", Area: "loss",
+		File:    "pgadvisory/watcher.go",
+		Search:  "\t\tif err := w.check(ctx, query, args); err != nil {",
+		Replace: "\t\tif err := w.check(ctx, query, args); err != nil && false {",
+		Promise: "a dedicated connection's watcher cancels fn's work when its check fails",
+		Pkgs:    pgadvisory, Run: "^TestSessionLossStories$",
+	},
+	{
+		Name: "dedicated-check-unbounded", Area: "loss",
+		File:    "pgadvisory/watcher.go",
+		Search:  "\tcctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.c.checkTimeout)",
+		Replace: "\tcctx, cancel := context.WithCancel(context.WithoutCancel(ctx))",
+		Promise: "a dedicated connection's check that never answers (a half-open link) is a loss within WithCheckTimeout",
+		Pkgs:    pgadvisory, Run: "^TestSessionLossStories$",
+	},
+	{
+		Name: "dedicated-count-any", Area: "loss",
+		File:    "pgadvisory/watcher.go",
+		Search:  "\tcase held != int64(len(w.c.ids)):",
+		Replace: "\tcase held == 0:",
+		Promise: "a dedicated connection that lost one lock of its set is a loss",
+		Pkgs:    pgadvisory, Run: "^TestSessionLossStories$",
+	},
+	{
+		Name: "dedicated-release-first-key-only", Area: "loss",
+		File:    "pgadvisory/session.go",
+		Search:  "\tif int(released) != len(c.ids) {\n\t\tconn.discard()",
+		Replace: "\tif released == 0 {\n\t\tconn.discard()",
+		Promise: "a dedicated session lock over several keys of which one is gone at release ends in ErrLockLost",
+		Pkgs:    pgadvisory, Run: "^TestSessionReleasePartlyLostSet$",
+	},
 	{
 		Name: "release-loss-ignored", Area: "loss",
 		File:    "pgadvisory/session.go",
@@ -379,6 +467,22 @@ var Mutants = []Mutant{
 	},
 
 	// ---- the outcome of a COMMIT ----
+	{
+		Name: "commit-not-sent-unknown", Area: "commit",
+		File:    "pgadvisory/classify.go",
+		Search:  "\tcase !sent:\n\t\tkind = ErrConnLost",
+		Replace: "\tcase !sent:\n\t\tkind = ErrCommitUnknown",
+		Promise: "a COMMIT that was never sent (the connection failed before) is ErrConnLost: nothing was committed",
+		Pkgs:    pgadvisory, Run: "^TestCommitNeverSent$",
+	},
+	{
+		Name: "commit-pgx-not-sent-as-sent", Area: "commit",
+		File:    "pgadvisory/protocol.go",
+		Search:  "case err == context.Canceled, errors.As(err, &notSent), errors.Is(err, driver.ErrBadConn):",
+		Replace: "case err == context.Canceled, errors.Is(err, driver.ErrBadConn):",
+		Promise: "pgx's COMMIT on a connection already closed is known not to have been sent",
+		Pkgs:    pgadvisory, Run: "^TestCommitNeverSent$",
+	},
 	{
 		Name: "commit-interrupted-as-sent", Area: "commit",
 		File:    "pgadvisory/protocol.go",

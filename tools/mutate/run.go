@@ -154,6 +154,7 @@ func (r *runner) goTest(pkgs []string, run string) (Outcome, []string, string) {
 	args := append([]string{"test", "-count=1", "-timeout", r.timeout.String(), "-run", run}, pkgs...)
 	cmd := exec.CommandContext(ctx, r.goBin, args...)
 	cmd.Dir = r.s.dir
+	killGroup(cmd)
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
