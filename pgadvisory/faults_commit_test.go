@@ -47,21 +47,7 @@ import (
 // the session ended on: a session lost during COMMIT is ErrCommitUnknown.
 // Nothing is committed, the lock is free and the pool goes on working.
 func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
-	setup := func(t *testing.T) *witness.Witness {
-		w := witness.New(t)
-		fn := pgx.Identifier{testdb.Schema(t), "sleep_in_commit"}.Sanitize()
-		// A deferred constraint trigger runs at COMMIT, before the commit
-		// record. Only rows labelled in-commit* sleep, so the usability check
-		// commits at once.
-		_, err := w.DB.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN PERFORM pg_sleep(` + sleepInCommitSeconds + `); RETURN NULL; END $$`)
-		require.NoError(t, err)
-		_, err = w.DB.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + w.Table + `
-			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.label LIKE 'in-commit%')
-			EXECUTE FUNCTION ` + fn + `()`)
-		require.NoError(t, err)
-		return w
-	}
+	setup := sleepInCommitWitness
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		w := setup(t)
@@ -85,6 +71,53 @@ func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
 		// error comes back after the commit record (AfterRecord's control).
 		require.False(t, w.Committed(t, "in-commit"))
 		require.True(t, w.LockFree(t, key))
+	})
+}
+
+// sleepInCommitWitness is a witness whose marks labelled in-commit* make
+// COMMIT sleep in a deferred constraint trigger, before the commit record.
+func sleepInCommitWitness(t *testing.T) *witness.Witness {
+	w := witness.New(t)
+	fn := pgx.Identifier{testdb.Schema(t), "sleep_in_commit"}.Sanitize()
+	// A deferred constraint trigger runs at COMMIT, before the commit
+	// record. Only rows labelled in-commit* sleep, so the usability check
+	// commits at once.
+	_, err := w.DB.Exec(`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(` + sleepInCommitSeconds + `); RETURN NULL; END $$`)
+	require.NoError(t, err)
+	_, err = w.DB.Exec(`CREATE CONSTRAINT TRIGGER sleep_in_commit AFTER INSERT ON ` + w.Table + `
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.label LIKE 'in-commit%')
+		EXECUTE FUNCTION ` + fn + `()`)
+	require.NoError(t, err)
+	return w
+}
+
+// TestFaultKillDuringFencedCommit: a fenced write (RunFenced) whose backend
+// is killed inside COMMIT gets the lock transaction's answer,
+// ErrCommitUnknown, not ErrConnLost (which would promise that nothing
+// committed), with Op "fenced write" and its token.
+func TestFaultKillDuringFencedCommit(t *testing.T) {
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		w := sleepInCommitWitness(t)
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize))
+		const token = 7
+		// The write takes the key in its transaction, as killDuringCommit
+		// checks that COMMIT is under way while the key is held.
+		fenced := func(ctx context.Context, key int64, fn func(frontdoor.Tx) error, _ ...pgadvisory.Option) error {
+			return door.RunFenced(ctx, token, func(tx frontdoor.Tx) error {
+				if err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+					return err
+				}
+				return fn(tx)
+			})
+		}
+		err := killDuringCommit(t, ctx, w, fenced, testdb.Key(t), "in-commit-fenced", "PgSleep")
+		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, pgadvisory.OpFencedWrite, "57P01")
+		require.Equal(t, int64(token), pe.Token)
+		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
+		require.False(t, w.Committed(t, "in-commit-fenced"))
+		frontdoor.RequireIdle(t, door)
 	})
 }
 

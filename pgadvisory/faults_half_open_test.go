@@ -16,7 +16,7 @@ import (
 )
 
 // Fault-injection tests of a link that goes silent (half-open: nothing
-// moves, nothing closes; research reliability.md §4.4 item 11): a session
+// moves, nothing closes): a session
 // lock's watcher notices and cancels the work, and the server keeps a silent
 // holder's lock until something tells it otherwise. failurePoolSize is in
 // failures_connection_test.go.

@@ -23,7 +23,7 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Fault-injection tests (research reliability.md §4.4 item 2): the ledger
+// Fault-injection tests: the ledger
 // under a nemesis that kills the lock holder's backend at random and a proxy
 // that cuts clients while COMMIT is in flight. The other fault stories are
 // faults_commit_test.go (a kill inside COMMIT, at chosen points) and

@@ -48,9 +48,19 @@ func lookupToken(key any) (int64, bool) {
 	return v.(int64), true
 }
 
-// runFenced is RunFenced's work, without the observers.
+// runFenced is RunFenced's work on database/sql, without the observers.
+// Like the lock transaction's protocol (protocol.go), it owns the
+// transaction's context (txContext) so that it knows whether COMMIT was
+// sent, and reports COMMIT's outcome as the protocol does.
 func runFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) error) (err error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err := ctx.Err(); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
+	txc := newTxContext(ctx)
+	defer txc.release()
+	stop := txc.link(ctx)
+	tx, err := db.BeginTx(txc.or(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	stop()
 	if err != nil {
 		return fencedFailure(ctx, token, err)
 	}
@@ -60,21 +70,35 @@ func runFenced(ctx context.Context, db *sql.DB, token int64, fn func(*sql.Tx) er
 			_ = tx.Rollback()
 		}
 	}()
-	if err := sqlcstd.New().SetFencingToken(ctx, tx, token); err != nil {
-		return fencedFailure(ctx, token, err)
+	if err := setFencingTokenSQL(ctx, tx, token); err != nil {
+		return err
 	}
 	if err := fn(tx); err != nil {
 		return fencedFnFailure(ctx, token, err)
 	}
-	done = true
-	if err := tx.Commit(); err != nil {
-		return fencedFailure(ctx, token, err)
+	if ctx.Err() != nil {
+		return fencedFailure(ctx, token, errCommitNotSent)
 	}
-	return nil
+	done = true
+	stop = txc.link(ctx)
+	err = tx.Commit()
+	interrupted := stop()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrTxDone) && !interrupted:
+		// Ended by fn, not by its context.
+		return fencedEnded(ctx, token)
+	}
+	return fencedCommitFailure(ctx, token, err, commitSent(err))
 }
 
-// runFencedPgx is RunFencedPgx's work, without the observers.
+// runFencedPgx is RunFenced's work on pgx, without the observers; see
+// runFenced.
 func runFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(pgx.Tx) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return fencedFailure(ctx, token, err)
+	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fencedFailure(ctx, token, err)
@@ -87,17 +111,55 @@ func runFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64, fn func(
 			cancel()
 		}
 	}()
-	if err := sqlcpgx.New().SetFencingToken(ctx, tx, token); err != nil {
-		return fencedFailure(ctx, token, err)
+	if err := setFencingTokenPgx(ctx, tx, token); err != nil {
+		return err
 	}
 	if err := fn(tx); err != nil {
 		return fencedFnFailure(ctx, token, err)
 	}
-	done = true
-	if err := tx.Commit(ctx); err != nil {
-		return fencedFailure(ctx, token, err)
+	if ctx.Err() != nil {
+		return fencedFailure(ctx, token, errCommitNotSent)
 	}
-	return nil
+	if c := tx.Conn(); c != nil && c.IsClosed() {
+		// fn's last statement broke the connection, and fn returned nil.
+		return fencedCommitFailure(ctx, token, &errNotSent{pgconn.ErrConnClosed}, false)
+	}
+	done = true
+	txc := newTxContext(ctx)
+	defer txc.release()
+	stop := txc.link(ctx)
+	err = tx.Commit(txc.or(ctx))
+	stop()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrTxClosed):
+		return fencedEnded(ctx, token)
+	}
+	return fencedCommitFailure(ctx, token, err, commitSent(err))
+}
+
+// fencedCommitFailure is a fenced write's error for a failed COMMIT, which
+// says what the lock transaction's would (see commitFailure): nothing
+// committed when COMMIT was not sent or the server answered with an error,
+// else ErrCommitUnknown.
+func fencedCommitFailure(ctx context.Context, token int64, err error, sent bool) error {
+	var kind error
+	switch {
+	case !sent && ctx.Err() != nil:
+		err = errCommitNotSent
+	case !sent:
+		kind = ErrConnLost
+	default:
+		kind = commitAnswer(err)
+	}
+	return &Error{Op: OpFencedWrite, Token: token, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+}
+
+// fencedEnded is a fenced write's error when fn ended the transaction
+// itself.
+func fencedEnded(ctx context.Context, token int64) error {
+	return &Error{Op: OpFencedWrite, Token: token, Kind: ErrTxEnded, Err: withContext(ctx, nil)}
 }
 
 // fencedFailure is the error of a failed step of a fenced write (not fn's

@@ -1,6 +1,6 @@
 package pgadvisory_test
 
-// Fencing tests (research reliability.md §2, §4.4 items 3 and 4), against a
+// Fencing tests, against a
 // real PostgreSQL, over both front doors, one story per fencing_*_test.go
 // file. Every guarantee has a control that runs the same sequence with
 // fencing off (a table without the trigger, or a write pattern that must

@@ -19,7 +19,7 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// The isolation trap (research reliability.md §1.9): at REPEATABLE READ and
+// The isolation trap: at REPEATABLE READ and
 // SERIALIZABLE the snapshot is taken by the first statement, the one that
 // waits for the lock, so the holder can miss the previous holder's writes.
 

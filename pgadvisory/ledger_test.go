@@ -16,8 +16,7 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// The ledger is the mutual-exclusion checker (research reliability.md §1.9,
-// §4.3): every call reads max(seq), pauses, and inserts max(seq)+1. Under a
+// The ledger is the mutual-exclusion checker: every call reads max(seq), pauses, and inserts max(seq)+1. Under a
 // working lock the sequence is unique and contiguous; any overlap of two
 // critical sections shows up as a duplicate seq. seq has no unique constraint
 // on purpose, so that duplicates are recorded rather than refused.

@@ -308,7 +308,12 @@ func (l *Locker[TTx]) CurrentLeader(ctx context.Context, lock Lock) (Leader, err
 // If fn returns an error the transaction is rolled back and that error
 // returned, wrapped in an [*Error] with Op "fenced write" when it has a
 // dedicated kind (such as ErrStaleToken) or ctx is done. Every other
-// failure is such an *Error. Round trips: BEGIN, the token, fn's, COMMIT.
+// failure is such an *Error. COMMIT's outcome is told as
+// [Locker.RunExclusive] tells it: nothing committed when ctx ended before
+// COMMIT was sent or the server answered with an error, [ErrCommitUnknown]
+// once COMMIT was sent without a definite answer, [ErrTxEnded] when fn
+// ended the transaction itself. Round trips: BEGIN, the token, fn's,
+// COMMIT.
 func (l *Locker[TTx]) RunFenced(ctx context.Context, token int64, fn func(TTx) error) error {
 	if l.s.closed.Load() {
 		return &Error{Op: OpFencedWrite, Token: token, Kind: ErrClosed}

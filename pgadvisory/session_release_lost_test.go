@@ -20,7 +20,7 @@ import (
 // case of a session moved to another server connection behind a pooler is
 // in pgbouncer_session_test.go. The helpers are in session_test.go.
 
-// TestSessionReleaseFindsLockLost is the report: fn's backend is
+// TestSessionReleaseFindsLockLost: fn's backend is
 // terminated, another RunSession takes the lock and returns nil, then fn
 // returns nil too, before its watcher (interval one minute) checks. The
 // second holder really held the lock while the first one's fn still ran

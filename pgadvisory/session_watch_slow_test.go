@@ -90,11 +90,11 @@ func TestSessionSlowCheckIsNotLoss(t *testing.T) {
 	})
 }
 
-// TestSessionWatcherUnderLoad is the issue's busy machine: 48 session locks
+// TestSessionWatcherUnderLoad is a busy machine: 48 session locks
 // with a 50ms check interval while 8 goroutines keep the (2) cores busy,
 // for two seconds each. No lock is lost with the default check timeout.
 // The same run with WithCheckTimeout(50ms), the bound the checks had
-// before, is reported (it lost 15 of 48 locks in the issue); how many it
+// before, is reported (it lost 15 of 48 locks on a 2-core machine); how many it
 // loses depends on the machine's load, so it is logged, not asserted (the
 // deterministic control is TestSessionSlowCheckIsNotLoss). The sessions run
 // on a throwaway cluster, so that 48 connections per front door do not

@@ -124,8 +124,7 @@ func TestStatusCommandJSON(t *testing.T) {
 }
 
 // TestStatusCommandListsInt4Keys: locks taken with two int4 keys, which the
-// view does not list, are listed too (the issue: show them, not only count
-// them), after the others, as int4(KEY1,KEY2); in JSON with int4_keys and
+// view does not list, are listed too (shown, not only counted), after the others, as int4(KEY1,KEY2); in JSON with int4_keys and
 // a null lock_id. Control: before they are taken, no such row.
 func TestStatusCommandListsInt4Keys(t *testing.T) {
 	ctx := t.Context()
