@@ -16,7 +16,7 @@
 #
 # Environment: PASSES (10), BENCHTIME (1s), BENCH (regexp, 'Observer'), OUT (raw
 # output file; default a temp file, path printed), STRICT=1 (exit 1 when a claim
-# misses), LOCKGEN_DATABASE_URL (see README).
+# misses), LOCKGEN_DATABASE_URL (see docs/operations.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 

@@ -64,7 +64,7 @@ func TestFailBackendTerminated(t *testing.T) {
 // the FATAL of a backend killed while COMMIT runs a deferred trigger
 // (TestFaultKillDuringCommitBeforeRecord), so it cannot tell which: the
 // call reports ErrCommitUnknown. The operator who killed an idle holder
-// knows that nothing committed (README, "In an incident").
+// knows that nothing committed (docs/operations.md, "In an incident").
 func TestFailBackendTerminatedWhileIdle(t *testing.T) {
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)

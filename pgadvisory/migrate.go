@@ -272,7 +272,7 @@ func (m *Migrator) up(ctx context.Context, version int64, step string) ([]Migrat
 //   - the version table records migrations whose objects are gone (a
 //     restore that left the schema pgadvisory out): those records are
 //     removed, and Up creates the objects again. The fencing token sequence
-//     then starts again at 1 (see README's failover notes on advancing it).
+//     then starts again at 1 (see docs/operations.md, Replicas and failover, on advancing it).
 //
 // It works only when the objects are exactly those of the migrations up to
 // one version ([MigrationStatus.Reconcilable]); otherwise it changes

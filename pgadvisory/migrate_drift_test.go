@@ -84,7 +84,7 @@ func TestMigrateRefusesAVersionTableWithoutItsSchema(t *testing.T) {
 }
 
 // applyWithOwnGoose applies lockgen's migrations up to version with the
-// application's own goose (its default table goose_db_version), as README's
+// application's own goose (its default table goose_db_version), as docs/migrations.md's
 // second path does, and without lockgen's version table.
 func applyWithOwnGoose(t *testing.T, db *sql.DB, version int64) {
 	t.Helper()

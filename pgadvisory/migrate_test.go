@@ -281,7 +281,7 @@ func embeddedVersions(t *testing.T) []int64 {
 	return vs
 }
 
-// gooseProvider drives the same migrations the way README shows.
+// gooseProvider drives the same migrations the way docs/migrations.md shows.
 func gooseProvider(t *testing.T, db *sql.DB) *goose.Provider {
 	t.Helper()
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,

@@ -14,15 +14,16 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
-// TestReadmeDoctorSample: README's lockgen doctor sample is what doctor
+// TestReadmeDoctorSample: the lockgen doctor sample of docs/operations.md
+// (Before you deploy) is what doctor
 // prints: the command it shows, run through PgBouncer in transaction mode
 // in front of a migrated and registered database, prints one line per
-// check, each matching README's line in order ("…" stands for anything).
+// check, each matching the sample's line in order ("…" stands for anything).
 func TestReadmeDoctorSample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
 	block := regexp.MustCompile("(?s)```text\n\\$ (lockgen doctor [^\n]*)\n(.*?)```").FindSubmatch(readme)
-	require.NotNil(t, block, "README's doctor sample")
+	require.NotNil(t, block, "docs/operations.md's doctor sample")
 	command := strings.Fields(strings.ReplaceAll(string(block[1]), `"$DATABASE_URL"`, "DB"))
 	sample := strings.Split(strings.TrimSuffix(string(block[2]), "\n"), "\n")
 	require.Len(t, sample, len(doctor.Names), "one line per check")
@@ -54,10 +55,10 @@ func TestReadmeDoctorSample(t *testing.T) {
 		for j, p := range parts {
 			parts[j] = regexp.QuoteMeta(p)
 		}
-		require.Regexp(t, "^"+strings.Join(parts, ".*")+"$", lines[i], "README's line %d", i+1)
+		require.Regexp(t, "^"+strings.Join(parts, ".*")+"$", lines[i], "the sample's line %d", i+1)
 	}
 
-	// Without -uses the same path fails pooler and exclusion, as README says.
+	// Without -uses the same path fails pooler and exclusion, as docs/operations.md says.
 	code, out, _ = lockgen("doctor", "-db", bouncer, "-f", "locks.yaml")
 	require.Equal(t, exitFail, code)
 	require.Regexp(t, `(?m)^fail  pooler: `, out)

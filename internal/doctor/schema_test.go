@@ -186,7 +186,7 @@ func openPlain(t *testing.T, url string) *sql.DB {
 }
 
 // TestRunAsTheApplicationsRole: every check, run with the application's
-// own role (as README says to run doctor) on a database another role
+// own role (as docs/operations.md says to run doctor) on a database another role
 // migrated and registered: none fails for want of a privilege without
 // naming the GRANT, and the registry's GRANT, once run, lets it compare.
 func TestRunAsTheApplicationsRole(t *testing.T) {

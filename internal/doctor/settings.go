@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Evidence from README's "Replicas and failover" section, measured by
+// Evidence from docs/operations.md's "Replicas and failover" section, measured by
 // TestFaultHalfOpenHoldTime (a holder whose link an in-process proxy
-// blackholes). A test holds README to these strings.
+// blackholes). A test holds that page to these strings.
 const (
 	measuredDefaultHold = "with the defaults the lock was still held after 3 s (it stays until TCP gives up: minutes to hours)"
 	measuredIdleTimeout = "with idle_in_transaction_session_timeout = 500ms it was released after 506–512 ms"
@@ -42,7 +42,7 @@ func checkIdleInTransaction(ctx context.Context, e *env) Check {
 		return unanswered("idle_in_transaction_session_timeout", err)
 	}
 	d := duration(s)
-	evidence := "README's measured hold times for a holder whose link went silent: " + measuredDefaultHold + "; " + measuredIdleTimeout
+	evidence := "measured hold times (docs/operations.md) for a holder whose link went silent: " + measuredDefaultHold + "; " + measuredIdleTimeout
 	if d == 0 {
 		return Check{Status: Warn,
 			Detail: fmt.Sprintf("idle_in_transaction_session_timeout = 0 (off; source: %s): a holder paused or stuck inside its lock transaction keeps its locks until its connection dies; %s", s.source, evidence),

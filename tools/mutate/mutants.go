@@ -6,7 +6,7 @@ var (
 	migrations = []string{"./migrations"}
 )
 
-// Mutants is the list: each breaks one promise of README's (fencing,
+// Mutants is the list: each breaks one promise of the documentation's (fencing,
 // elections, run-once, loss of a session lock, the outcome of a COMMIT)
 // in the SQL of the migrations or in the Go safety core. A mutant of a
 // migration targets the latest definition of its function or view
