@@ -82,7 +82,7 @@ func TestCommitNeverSent(t *testing.T) {
 	})
 	var pe *pgadvisory.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "commit", pe.Op, "%v", err)
+	require.Equal(t, pgadvisory.OpCommit, pe.Op, "%v", err)
 	require.ErrorIs(t, err, pgadvisory.ErrConnLost)
 	require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
 	require.False(t, w.Committed(t, "never sent"))

@@ -60,10 +60,10 @@ func proxiedDoors(t *testing.T, px *faultproxy.Proxy) []lossDoor {
 	t.Cleanup(pool.Close)
 	return []lossDoor{
 		{"database/sql", db, func(ctx context.Context, c *config, fn func(context.Context) error) error {
-			return runSession(ctx, c, db, databaseSQLSessions(db), fn)
+			return runSession(ctx, c, packageState, db, databaseSQLSessions(db), fn)
 		}},
 		{"pgx", pool, func(ctx context.Context, c *config, fn func(context.Context) error) error {
-			return runSession(ctx, c, pool, pgxSessions(pool), fn)
+			return runSession(ctx, c, packageState, pool, pgxSessions(pool), fn)
 		}},
 	}
 }
@@ -94,7 +94,7 @@ func sessionCall(t *testing.T, keys []int64, opts ...Option) *config {
 	if len(keys) > 1 {
 		opts = append(opts, WithLocks(keys[1:]...))
 	}
-	c, err := newCall(keys[0], opts, famSession, "pool", false, false)
+	c, err := newCall(packageState, keys[0], opts, famSession, "pool", false, false)
 	require.NoError(t, err)
 	return c
 }
@@ -241,7 +241,7 @@ func TestSessionLossStories(t *testing.T) {
 				require.ErrorIs(t, err, ErrLockLost)
 				var pe *Error
 				require.ErrorAs(t, err, &pe)
-				require.Equal(t, "watch", pe.Op, "%v", err)
+				require.Equal(t, OpWatch, pe.Op, "%v", err)
 				require.ErrorContains(t, err, s.says)
 				for _, key := range keys {
 					require.Eventually(t, func() bool { return len(lockHolders(t, admin, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
@@ -301,7 +301,7 @@ func TestSessionReleasePartlyLostSet(t *testing.T) {
 		require.ErrorIs(t, err, ErrLockLost)
 		var pe *Error
 		require.ErrorAs(t, err, &pe)
-		require.Equal(t, "release", pe.Op, "%v", err)
+		require.Equal(t, OpRelease, pe.Op, "%v", err)
 		require.ErrorContains(t, err, "the unlock found 2 of 3 locks held")
 		for _, key := range keys {
 			require.Eventually(t, func() bool { return len(lockHolders(t, admin, key)) == 0 }, 30*time.Second, 10*time.Millisecond)
