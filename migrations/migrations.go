@@ -157,6 +157,25 @@
 //
 // Down restores 00007's functions and privileges and drops the new objects.
 //
+// 00009_lease.sql adds leases (pgadvisory.WithLease): a leadership held by
+// a row with an expiry on the database's clock, so that it needs no session
+// of its own and works through any pooler:
+//
+//   - the table pgadvisory.lease (lock_id, holder, owner_secret (the SHA-256
+//     digest of the holder's secret), term, since, expires_at), readable by
+//     its owner only;
+//   - pgadvisory.lease_acquire(lock_id bigint, holder text, owner_secret
+//     uuid, ttl interval, publish_timeout text) returns the term of a lease
+//     it took (vacant or expired, and no session holding the lock), NULL
+//     otherwise; the term is published as the lock's fencing token by
+//     leader_elect (durable; writers of the previous token ordered before);
+//   - pgadvisory.lease_renew(lock_ids bigint[], owner_secret uuid, ttl
+//     interval) renews in one statement the owner's unexpired leases whose
+//     term is still the published token and returns their IDs;
+//   - pgadvisory.lease_release(lock_id bigint, owner_secret uuid) vacates one.
+//
+// All three are SECURITY DEFINER and executable by PUBLIC. Down drops them.
+//
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the
 // application's goose_db_version. The table lives outside the pgadvisory

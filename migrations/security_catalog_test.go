@@ -17,6 +17,12 @@ var securityDefiner = map[string]string{
 	"pgadvisory.fence_acquire(bigint[],boolean,text,text)": "publish",
 	// Publishes a leader's term for a caller that holds the lock.
 	"pgadvisory.leader_elect(bigint,text,text)": "publish",
+	// Take, renew and vacate a row of pgadvisory.lease for the holder of
+	// its owner secret; lease_acquire publishes the term through
+	// leader_elect. Callers need no privilege on lockgen's tables.
+	"pgadvisory.lease_acquire(bigint,text,uuid,interval,text)": "lease",
+	"pgadvisory.lease_renew(bigint[],uuid,interval)":           "lease",
+	"pgadvisory.lease_release(bigint,uuid)":                    "lease",
 	// Reads pgadvisory.leader and pgadvisory.fence for any reader.
 	"pgadvisory.current_leader(bigint)": "read",
 	// The per-lock check: locks a fence row FOR SHARE (needs UPDATE on
@@ -47,6 +53,11 @@ var publicExecute = map[string]string{
 	"pgadvisory.fence_handover()":                          "every fenced acquisition; runs as the caller",
 	"pgadvisory.leader_elect(bigint,text,text)":            "every election; publishes only for a caller holding the lock",
 	"pgadvisory.current_leader(bigint)":                    "pgadvisory.CurrentLeader; reads one leader row",
+	// Leases (WithLease): whoever may elect a leader may take a lease; a
+	// lease is renewed or released only with its owner secret.
+	"pgadvisory.lease_acquire(bigint,text,uuid,interval,text)": "every lease acquisition; takes only a vacant or expired lease",
+	"pgadvisory.lease_renew(bigint[],uuid,interval)":           "every renewal; renews only the leases of the owner secret",
+	"pgadvisory.lease_release(bigint,uuid)":                    "every resignation; vacates only the lease of the owner secret",
 }
 
 // TestSecurityCatalog: every function of pgadvisory pins its search_path;

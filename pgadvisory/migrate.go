@@ -72,7 +72,13 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     pgadvisory.fence_register, which lockgen fence's migrations call;
 //     tables fenced before are listed by the migration), no error names a
 //     lock's current token, and a NULL parameter of a fenced row raises
-//     LF005.
+//     LF005;
+//   - 00009_lease: leases ([WithLease]): pgadvisory.lease holds a
+//     leadership as a row with an expiry on the database's clock;
+//     pgadvisory.lease_acquire takes a vacant or expired lease with a term
+//     that pgadvisory.leader_elect publishes as the lock's fencing token,
+//     pgadvisory.lease_renew renews all of one owner's leases in one
+//     statement, pgadvisory.lease_release vacates one at once.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and checks in the catalogs that the objects of the applied

@@ -107,6 +107,12 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "function", name: "pgadvisory.fence_register(regclass,text,text,text[])"},
 		{kind: "function", name: "pgadvisory.fence_unregister(regclass)"},
 	},
+	9: {
+		{kind: "table", name: "pgadvisory.lease"},
+		{kind: "function", name: "pgadvisory.lease_acquire(bigint,text,uuid,interval,text)"},
+		{kind: "function", name: "pgadvisory.lease_renew(bigint[],uuid,interval)"},
+		{kind: "function", name: "pgadvisory.lease_release(bigint,uuid)"},
+	},
 }
 
 // objectsSQL reports, for each object, whether it exists. It reads only

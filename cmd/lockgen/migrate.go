@@ -235,6 +235,7 @@ var stateMeaning = map[string]string{
 	"pgadvisory.registry_declaration": "declared locks for lockgen status and doctor; lockgen register fills it again",
 	"pgadvisory.leader":               "leaders' terms, which pgadvisory.CurrentLeader reads",
 	"pgadvisory.fenced_table":         "the fenced tables, which the fence triggers check; lockgen fence's migrations list them again",
+	"pgadvisory.lease":                "leases: their holders would lose them (a new holder's term still supersedes theirs)",
 }
 
 // refuseDroppingState checks, before down, whether the migrations it would
