@@ -17,6 +17,15 @@ type PgadvisoryFence struct {
 	PublishedAt pgtype.Timestamptz
 }
 
+// lockgen fencing: the tables fenced by a lock, written by pgadvisory.fence_register and fence_unregister (owner only). relid is the table; lock, policy and columns are the arguments its fence triggers must carry (lock: the ID of a plain lock, the name of a parameterized one; columns: the parameter columns in declaration order). The fence trigger functions that run as their owner refuse a table not listed here with their arguments.
+type PgadvisoryFencedTable struct {
+	Relid        pgtype.Uint32
+	Lock         string
+	Policy       string
+	Columns      []string
+	RegisteredAt pgtype.Timestamptz
+}
+
 // lockgen leader election: the last leader elected for each lock (pgadvisory.leader_elect). A row alone does not mean that its leader still leads: pgadvisory.current_leader(lock_id) confirms it (the backend pid, started before elected_at, is alive and holds the lock, and term is the published fencing token).
 type PgadvisoryLeader struct {
 	LockID    int64
@@ -24,6 +33,16 @@ type PgadvisoryLeader struct {
 	Term      int64
 	Pid       int32
 	ElectedAt pgtype.Timestamptz
+}
+
+// lockgen leases: the lease of each lock that was ever leased (pgadvisory.lease_acquire). holder names the holder; owner_secret is the SHA-256 digest of its owner secret; term is its term (the lock's fencing token when it was taken); since and expires_at are on the database's clock (clock_timestamp()). A row with a NULL owner_secret or an expires_at in the past is vacant. Written only by lease_acquire, lease_renew and lease_release.
+type PgadvisoryLease struct {
+	LockID      int64
+	Holder      pgtype.Text
+	OwnerSecret []byte
+	Term        pgtype.Int8
+	Since       pgtype.Timestamptz
+	ExpiresAt   pgtype.Timestamptz
 }
 
 // lockgen registry: the name of each known advisory-lock ID. Plain locks have NULL params and declared_params; a registered instance of a parameterized lock has params, its canonical parameter text by name ({"tenant_id": "42"}), and the declared_params it was registered with (they define the ID). An ID registered again under another name (a rename that kept the ID) takes the last name registered. pgadvisory.status looks names up here.
