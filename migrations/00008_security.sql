@@ -62,8 +62,10 @@
 -- fence_truncate_guard, fence_stamp, fence_check_statement, fence_acquire,
 -- leader_elect, run_once_finish. It pins the search_path of lock_id,
 -- valid_lock_name, register_instance and fence_handover with ALTER
--- FUNCTION (current_leader's was pinned by 00007), and adds fenced_table, fence_table_verify,
--- fence_register and fence_unregister.
+-- FUNCTION (current_leader's was pinned by 00007), and adds fenced_table,
+-- fence_table_verify, fence_register, fence_unregister and fence_advance
+-- (after restoring a copy of the database: moves the token sequence past
+-- every token the copy could have handed out).
 --
 -- Errors (messages start with "pgadvisory: "): LF005 NULL parameter of a
 -- parameterized lock; 42501 a trigger function on a table that is not
@@ -98,27 +100,33 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+-- Every query here has scalar parameters only, so that PL/pgSQL keeps one
+-- cached plan for it (an array parameter made it plan again at every call).
 DECLARE
+    v_lo    integer := pg_catalog.array_lower(p_args, 1); -- TG_ARGV counts from 0
+    v_lock  text := p_args[v_lo];
+    v_pol   text := p_args[v_lo OPERATOR(pg_catalog.+) 1];
+    v_cols  text[] := COALESCE(p_args[v_lo OPERATOR(pg_catalog.+) 2 :], '{}'); -- a slice counts from 1
     v_ok    boolean;
-    v_args  text[] := ARRAY(SELECT pg_catalog.unnest(p_args)); -- TG_ARGV counts from 0
-    v_cols  text[] := v_args[3:];
-    v_typed integer;
+    v_col   text;
+    v_type  pg_catalog.oid;
 BEGIN
     -- Listed with these arguments: the table itself, or (a row trigger
     -- cloned to a partition) one of its ancestors.
     SELECT true INTO v_ok
     FROM pgadvisory.fenced_table AS ft
     WHERE ft.relid OPERATOR(pg_catalog.=) p_relid
-      AND ft.lock OPERATOR(pg_catalog.=) v_args[1]
-      AND ft.policy OPERATOR(pg_catalog.=) v_args[2]
+      AND ft.lock OPERATOR(pg_catalog.=) v_lock
+      AND ft.policy OPERATOR(pg_catalog.=) v_pol
       AND ft.columns OPERATOR(pg_catalog.=) v_cols;
     IF v_ok IS NULL THEN
         SELECT true INTO v_ok
-        FROM pgadvisory.fenced_table AS ft
-        WHERE ft.relid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT a.relid::pg_catalog.oid FROM pg_catalog.pg_partition_ancestors(p_relid) AS a(relid)))
-          AND ft.lock OPERATOR(pg_catalog.=) v_args[1]
-          AND ft.policy OPERATOR(pg_catalog.=) v_args[2]
-          AND ft.columns OPERATOR(pg_catalog.=) v_cols;
+        FROM pg_catalog.pg_partition_ancestors(p_relid) AS a(relid)
+        JOIN pgadvisory.fenced_table AS ft ON ft.relid OPERATOR(pg_catalog.=) a.relid::pg_catalog.oid
+        WHERE ft.lock OPERATOR(pg_catalog.=) v_lock
+          AND ft.policy OPERATOR(pg_catalog.=) v_pol
+          AND ft.columns OPERATOR(pg_catalog.=) v_cols
+        LIMIT 1;
     END IF;
     -- Not listed: a table whose owner may execute the trigger function
     -- (the owner of lockgen's schema, a superuser, or a role it granted
@@ -132,8 +140,8 @@ BEGIN
         FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) p_relid;
     END IF;
     IF NOT COALESCE(v_ok, false) THEN
-        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed in pgadvisory.fenced_table with the trigger''s arguments %, and its owner may not execute pgadvisory.%()',
-            p_fn, p_relid::pg_catalog.regclass, v_args, p_fn
+        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed in pgadvisory.fenced_table with the trigger''s arguments (%, %, %), and its owner may not execute pgadvisory.%()',
+            p_fn, p_relid::pg_catalog.regclass, v_lock, v_pol, v_cols, p_fn
             USING ERRCODE = '42501',
                   HINT = 'The owner of lockgen''s schema lists fenced tables: SELECT pgadvisory.fence_register(table, lock, policy, columns) (lockgen fence''s migrations do).';
     END IF;
@@ -141,16 +149,23 @@ BEGIN
         RETURN;
     END IF;
     -- The columns this function reads as its owner have built-in types
-    -- whose casts and operators no role can replace.
-    SELECT pg_catalog.count(*) INTO v_typed
-    FROM pg_catalog.pg_attribute AS a
-    WHERE a.attrelid OPERATOR(pg_catalog.=) p_relid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
-      AND ((a.attname OPERATOR(pg_catalog.=) 'fencing_token'::pg_catalog.name
-            AND a.atttypid OPERATOR(pg_catalog.=) 'pg_catalog.int8'::pg_catalog.regtype)
-        OR (a.attname::pg_catalog.text OPERATOR(pg_catalog.=) ANY (v_cols)
-            AND a.atttypid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8',
-                'pg_catalog.text', 'pg_catalog.varchar', 'pg_catalog.uuid', 'pg_catalog.bool']::pg_catalog.regtype[]::pg_catalog.oid[])));
-    IF v_typed OPERATOR(pg_catalog.<>) (1 OPERATOR(pg_catalog.+) pg_catalog.cardinality(v_cols)) THEN
+    -- whose casts and operators no role can replace: fencing_token int8
+    -- (OID 20); parameter columns int2, int4, int8, text, varchar, uuid or
+    -- bool (OIDs 21, 23, 20, 25, 1043, 2950, 16: fixed in PostgreSQL's
+    -- catalog, and written as literals, not parsed from names at every
+    -- call). A domain over one of them has its own OID, and is refused.
+    SELECT a.atttypid INTO v_type FROM pg_catalog.pg_attribute AS a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) p_relid AND a.attname OPERATOR(pg_catalog.=) 'fencing_token'::pg_catalog.name
+      AND NOT a.attisdropped;
+    v_ok := v_type OPERATOR(pg_catalog.=) 20::pg_catalog.oid;
+    FOREACH v_col IN ARRAY v_cols LOOP
+        v_type := NULL;
+        SELECT a.atttypid INTO v_type FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid OPERATOR(pg_catalog.=) p_relid AND a.attname OPERATOR(pg_catalog.=) v_col::pg_catalog.name
+          AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
+        v_ok := v_ok AND v_type OPERATOR(pg_catalog.=) ANY ('{21,23,20,25,1043,2950,16}'::pg_catalog.oid[]);
+    END LOOP;
+    IF NOT COALESCE(v_ok, false) THEN
         RAISE EXCEPTION 'pgadvisory: % on % refused: fencing_token must be bigint and the parameter columns % smallint, integer, bigint, text, varchar, uuid or boolean',
             p_fn, p_relid::pg_catalog.regclass, v_cols
             USING ERRCODE = '42804';
@@ -338,6 +353,7 @@ DECLARE
     v_rows   boolean;
     v_bad    boolean;
     v_stamp  bigint;
+    v_type   pg_catalog.oid;
     v_cur    bigint;
     v_id     bigint;
     v_cols   text;
@@ -349,7 +365,25 @@ BEGIN
         RAISE EXCEPTION 'pgadvisory: fence_check_statement on %.% is an AFTER ... FOR EACH STATEMENT trigger with the arguments (lock, ''strict'' or ''permissive'', parameter column, ...)',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
-    PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
+    -- 0. Only on a listed table whose columns it reads have built-in types.
+    --    A plain lock's table, listed, whose written rows' fencing_token is
+    --    bigint (pg_typeof reads the type, never a value) passes in one
+    --    query: this runs in every fenced write. Anything else goes to
+    --    fence_table_verify, which also says what is wrong.
+    IF TG_NARGS = 2 AND TG_OP = 'DELETE' THEN
+        -- A plain lock's DELETE reads no value of the rows.
+        SELECT 20 INTO v_type FROM pgadvisory.fenced_table AS ft
+        WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
+          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::text[];
+    ELSIF TG_NARGS = 2 THEN
+        SELECT (SELECT pg_catalog.pg_typeof(n.fencing_token)::pg_catalog.oid FROM fence_new AS n LIMIT 1) INTO v_type
+        FROM pgadvisory.fenced_table AS ft
+        WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
+          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::text[];
+    END IF;
+    IF v_type IS DISTINCT FROM 20 THEN
+        PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
+    END IF;
     -- 1. A statement that wrote no row changed nothing. Otherwise the rows
     --    as written must carry the transaction's token as their stamp (a
     --    trigger that ran after lockgen's row trigger could change it).
@@ -843,6 +877,47 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- After a restore: a copy of the database brings the sequence and the
+-- fence rows back together, so LF004 cannot tell, and the next holders get
+-- tokens that were already handed out after the copy was taken (a holder
+-- of the old timeline may still be writing with one). fence_advance moves
+-- the sequence past anything the copy shows by a margin no timeline of
+-- tokens reaches.
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.fence_advance(p_by bigint DEFAULT 1099511627776)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_seen bigint;
+BEGIN
+    IF p_by IS NULL OR p_by OPERATOR(pg_catalog.<=) 0 THEN
+        RAISE EXCEPTION 'pgadvisory: fence_advance needs a positive step (got %)', p_by
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT pg_catalog.max(x.t) INTO v_seen FROM (
+        SELECT s.last_value FROM pgadvisory.fencing_token_seq AS s
+        UNION ALL SELECT pg_catalog.max(f.token) FROM pgadvisory.fence AS f
+        UNION ALL SELECT pg_catalog.max(l.term) FROM pgadvisory.leader AS l
+        UNION ALL SELECT pg_catalog.max(r.token) FROM pgadvisory.run_once AS r
+    ) AS x(t);
+    IF v_seen OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) p_by) THEN
+        RAISE EXCEPTION 'pgadvisory: fence_advance: the fencing token sequence is at %, too close to the end of bigint for a step of %', v_seen, p_by
+            USING ERRCODE = '22003';
+    END IF;
+    RETURN pg_catalog.setval('pgadvisory.fencing_token_seq', v_seen OPERATOR(pg_catalog.+) p_by);
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.fence_advance(bigint) IS
+'lockgen fencing, after restoring a copy of the database: sets pgadvisory.fencing_token_seq to '
+'p_by (default 2^40) past the largest token the sequence, the fence rows, the leaders'' terms and '
+'the run-once ledger show, and returns it, so that no token issued after the copy was taken is '
+'handed out again. SECURITY DEFINER; EXECUTE only for the owner and the roles it grants it to.';
+
 ALTER FUNCTION pgadvisory.lock_id(text, text[]) SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION pgadvisory.valid_lock_name(text) SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION pgadvisory.register_instance(text, text[]) SET search_path = pg_catalog, pg_temp;
@@ -859,7 +934,8 @@ REVOKE EXECUTE ON FUNCTION
     pgadvisory.run_once_finish(),
     pgadvisory.fence_table_verify(oid, text, text[], boolean),
     pgadvisory.fence_register(regclass, text, text, text[]),
-    pgadvisory.fence_unregister(regclass)
+    pgadvisory.fence_unregister(regclass),
+    pgadvisory.fence_advance(bigint)
 FROM PUBLIC;
 
 -- The tables fenced before this migration: every table with a trigger of
@@ -1484,6 +1560,7 @@ COMMENT ON FUNCTION pgadvisory.run_once_finish() IS
 'lockgen run-once ledger: sets finished_at of a new row when its transaction commits '
 '(deferred constraint trigger run_once_finish).';
 
+DROP FUNCTION pgadvisory.fence_advance(bigint);
 DROP FUNCTION pgadvisory.fence_unregister(regclass);
 DROP FUNCTION pgadvisory.fence_register(regclass, text, text, text[]);
 DROP FUNCTION pgadvisory.fence_table_verify(oid, text, text[], boolean);

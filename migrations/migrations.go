@@ -153,7 +153,11 @@
 //     it and leader_elect force synchronous_commit = on unless it is on or
 //     remote_apply;
 //   - LF001 and LF004 name no published token; a NULL parameter of a row
-//     of a parameterized lock raises LF005.
+//     of a parameterized lock raises LF005;
+//   - pgadvisory.fence_advance(step bigint DEFAULT 2^40) (owner only), run
+//     after restoring a copy of the database, moves the token sequence step
+//     past every token the copy shows, so that no token issued after the
+//     copy was taken is handed out again.
 //
 // Down restores 00007's functions and privileges and drops the new objects.
 //

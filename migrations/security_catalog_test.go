@@ -41,6 +41,9 @@ var securityDefiner = map[string]string{
 	// Write pgadvisory.fenced_table; owner only (and the roles it grants).
 	"pgadvisory.fence_register(regclass,text,text,text[])": "registry",
 	"pgadvisory.fence_unregister(regclass)":                "registry",
+	// Moves the token sequence after a restore; owner only (and the roles
+	// it grants).
+	"pgadvisory.fence_advance(bigint)": "restore",
 }
 
 // publicExecute lists the functions PUBLIC may execute: what applications

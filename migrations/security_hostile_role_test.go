@@ -478,3 +478,46 @@ func TestHostilePublishIsDurableUnderSynchronousCommitLocal(t *testing.T) {
 		})
 	}
 }
+
+// A table's owner who is not lockgen's owner changed fencing_token to a
+// type of its own with an implicit cast to bigint: fence_check_statement
+// compared the stamp with the token as its owner, through the role's cast.
+func TestHostileFencingTokenTypeIsChecked(t *testing.T) {
+	for _, v := range schemaVersions {
+		t.Run(v.name, func(t *testing.T) {
+			h := newHostile(t, v.version)
+			table := "wsch.accounts"
+			h.must(t, `CREATE TABLE wsch.accounts (id int PRIMARY KEY, balance int NOT NULL)`)
+			// The owner of lockgen's schema fences the role's table (a plain
+			// lock), as lockgen fence's migration run by it does.
+			fenceByHand(t, h.admin, table, fmt.Sprintf("'%d', 'strict'", h.lock))
+			if !v.open {
+				_, err := h.admin.Exec(fmt.Sprintf(`SELECT pgadvisory.fence_register('wsch.accounts', '%d', 'strict', '{}')`, h.lock))
+				require.NoError(t, err)
+			}
+			h.must(t,
+				`CREATE TYPE wsch.tok AS (x bigint)`,
+				`CREATE FUNCTION wsch.tok_int(wsch.tok) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN PERFORM wsch.escalate(); RETURN ($1).x; END $$`,
+				`CREATE FUNCTION wsch.int_tok(bigint) RETURNS wsch.tok LANGUAGE sql AS 'SELECT ROW($1)::wsch.tok'`,
+				`CREATE CAST (wsch.tok AS bigint) WITH FUNCTION wsch.tok_int(wsch.tok) AS IMPLICIT`,
+				`CREATE CAST (bigint AS wsch.tok) WITH FUNCTION wsch.int_tok(bigint) AS ASSIGNMENT`,
+				// The row trigger's WHEN names the column: the owner of the
+				// table drops it first (the statement triggers stay).
+				`DROP TRIGGER zz_pgadvisory_fence ON wsch.accounts`,
+				`ALTER TABLE wsch.accounts ALTER COLUMN fencing_token DROP DEFAULT`,
+				`ALTER TABLE wsch.accounts ALTER COLUMN fencing_token TYPE wsch.tok USING ROW(fencing_token)::wsch.tok`)
+			before := fencing.LastToken(t, h.admin)
+			errs := h.run(t, `BEGIN`,
+				fmt.Sprintf(`SELECT * FROM pgadvisory.fence_acquire(ARRAY[%d]::bigint[], false, NULL, '1s')`, h.lock),
+				`COMMIT AND CHAIN`, `SELECT pgadvisory.fence_handover()`,
+				`INSERT INTO wsch.accounts VALUES (1, 1, ROW(current_setting('pgadvisory.fencing_token')::bigint)::wsch.tok)`, `COMMIT`)
+			require.Equal(t, v.open, h.superuser(t), "the role became a superuser")
+			if v.open {
+				return
+			}
+			require.Equal(t, "42804", code(errs), "a fencing_token of the role's type is refused")
+			require.Equal(t, before+1, fencing.LastToken(t, h.admin), "only the role's own acquisition drew a token")
+			require.Zero(t, count(t, h.admin, table))
+		})
+	}
+}

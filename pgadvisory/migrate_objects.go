@@ -106,6 +106,7 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "function", name: "pgadvisory.fence_table_verify(oid,text,text[],boolean)"},
 		{kind: "function", name: "pgadvisory.fence_register(regclass,text,text,text[])"},
 		{kind: "function", name: "pgadvisory.fence_unregister(regclass)"},
+		{kind: "function", name: "pgadvisory.fence_advance(bigint)"},
 	},
 	9: {
 		{kind: "table", name: "pgadvisory.lease"},

@@ -31,13 +31,20 @@ checks that lockgen's migrations (pgadvisory.Migrate) ran and that the
 table is a plain table (partitioned tables, partitions and inheritance are
 refused), then adds the column, a row trigger that stamps rows, statement
 triggers that check each write once per statement and lock, and a TRUNCATE
-guard; its Down removes them.
+guard, and lists the table in pgadvisory.fenced_table
+(pgadvisory.fence_register, lockgen's migration 00008): the checks run only
+on listed tables. The role that runs it needs EXECUTE on fence_register and
+the trigger functions (the owner of lockgen's schema has it). Its Down
+removes them.
 
 A plain lock's ID is taken from the declarations, so pins are honoured. A
 parameterized lock needs -columns: the table's columns holding its
 parameters, in declaration order (int64 in a smallint, integer or bigint
-column, uuid in uuid, bool in boolean, string in text or varchar). Names
-are lowercase SQL identifiers.
+column, uuid in uuid, bool in boolean, string in text or varchar; any other
+type, whose text could depend on session settings, is refused when the
+migration runs). The migration makes them NOT NULL (a row without its
+parameters belongs to no lock), which fails while such rows exist; its
+Down leaves NOT NULL. Names are lowercase SQL identifiers.
 
 A table is fenced once: fence refuses a table that a migration in DIR
 already fences, naming it. Tables fenced by an earlier lockgen (a row

@@ -77,7 +77,32 @@ func checkSchema(ctx context.Context, e *env) Check {
 			Detail: fmt.Sprintf("%d of lockgen's %d migrations are missing: %s (the database is at version %d)", len(pending), len(st.Migrations), strings.Join(files, ", "), st.Current),
 			Fix:    fix}
 	}
+	if c, behind := tokensBehind(ctx, e); behind {
+		return c
+	}
 	return Check{Status: Pass, Detail: fmt.Sprintf("all %d of lockgen's migrations are applied (version %d, this lockgen's latest), and the objects they create exist", len(st.Migrations), st.Current)}
+}
+
+// tokensBehind fails the check when the fencing token sequence is behind a
+// published token: the sequence went back (an asynchronous failover that
+// lost its advance, a restore of part of the schema), and every fenced
+// acquisition of that lock fails with LF004 until it is advanced. A
+// restore of the whole database takes the sequence and the published
+// tokens back together, which no check can tell (README: After a restore).
+// A role that may read neither is not judged.
+func tokensBehind(ctx context.Context, e *env) (Check, bool) {
+	var behind sql.NullBool
+	err := e.DB.QueryRowContext(ctx, `SELECT CASE
+		WHEN pg_catalog.has_table_privilege('pgadvisory.fence', 'SELECT')
+		 AND pg_catalog.has_sequence_privilege('pgadvisory.fencing_token_seq', 'SELECT')
+		THEN (SELECT pg_catalog.max(f.token) FROM pgadvisory.fence AS f) > (SELECT s.last_value FROM pgadvisory.fencing_token_seq AS s)
+		END`).Scan(&behind)
+	if err != nil || !behind.Bool {
+		return Check{}, false
+	}
+	return Check{Status: Fail,
+		Detail: "the fencing token sequence is behind a published token: it went back (an asynchronous failover, a partial restore), so fenced acquisitions of that lock fail with LF004",
+		Fix:    "as the owner of lockgen's schema: SELECT pgadvisory.fence_advance(); (moves the sequence past every token the database shows; after a restore of the whole database run it too)"}, true
 }
 
 // driftFix is the fix for a version table that disagrees with the objects.

@@ -51,6 +51,22 @@ func TestSchema(t *testing.T) {
 		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "lockgen's migrations are applied", "the objects they create exist")
 		requireStatus(t, run(t, url, doctor.Schema, fenced), doctor.Pass, "lockgen's migrations are applied")
 	})
+	// The token sequence behind a published token (an asynchronous
+	// failover lost its advance): fenced acquisitions of that lock fail with
+	// LF004 until pgadvisory.fence_advance, which the fix names, runs.
+	t.Run("tokens behind", func(t *testing.T) {
+		url := emptyDatabase(t, nil)
+		_, err := migrator(t, url).Up(ctx)
+		require.NoError(t, err)
+		db := openPlain(t, url)
+		fencing.PublishAhead(t, db, testdb.Key(t))
+		c := run(t, url, doctor.Schema)
+		requireStatus(t, c, doctor.Fail, "the fencing token sequence is behind a published token")
+		require.Contains(t, c.Fix, "SELECT pgadvisory.fence_advance()")
+		_, err = db.Exec(`SELECT pgadvisory.fence_advance()`)
+		require.NoError(t, err)
+		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "lockgen's migrations are applied")
+	})
 	// Rolled back to 0, the version table exists and records nothing: the
 	// same state as without it, so fenced locks fail here too (they only
 	// warned).
