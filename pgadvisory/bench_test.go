@@ -42,8 +42,10 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// BenchmarkStdlib compares pgadvisory.RunExclusive with the design source's
-// RunExclusive and with a bare transaction, all on database/sql + pgx stdlib.
+// BenchmarkStdlib compares pgadvisory.RunExclusive (the deprecated
+// package-level function, "lockgen") and Locker.RunExclusive on a named
+// Lock ("locker") with the design source's RunExclusive and with a bare
+// transaction, all on database/sql + pgx stdlib.
 func BenchmarkStdlib(b *testing.B) {
 	ctx := context.Background()
 	c := wirecount.New()
@@ -65,10 +67,21 @@ func BenchmarkStdlib(b *testing.B) {
 				return pgadvisory.RunExclusive(ctx, db, key, func(*sql.Tx) error { return nil })
 			})
 		}},
+		benchCase{"locker", func(b *testing.B) {
+			locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lock := pgadvisory.Lock{Name: "bench.locker", ID: testdb.Key(b)}
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return locker.RunExclusive(ctx, lock, func(*sql.Tx) error { return nil })
+			})
+		}},
 	)
 }
 
-// BenchmarkPgx compares pgadvisory.RunExclusivePgx with a bare pgx
+// BenchmarkPgx compares pgadvisory.RunExclusivePgx ("lockgen") and
+// Locker.RunExclusive on a pgx Locker ("locker") with a bare pgx
 // transaction on the same pool.
 func BenchmarkPgx(b *testing.B) {
 	ctx := context.Background()
@@ -83,6 +96,16 @@ func BenchmarkPgx(b *testing.B) {
 			key := testdb.Key(b)
 			benchOp(b, c, backToBack, nil, idle, func() error {
 				return pgadvisory.RunExclusivePgx(ctx, pool, key, func(pgx.Tx) error { return nil })
+			})
+		}},
+		benchCase{"locker", func(b *testing.B) {
+			locker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lock := pgadvisory.Lock{Name: "bench.locker", ID: testdb.Key(b)}
+			benchOp(b, c, backToBack, nil, idle, func() error {
+				return locker.RunExclusive(ctx, lock, func(pgx.Tx) error { return nil })
 			})
 		}},
 	)

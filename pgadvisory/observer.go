@@ -2,124 +2,375 @@ package pgadvisory
 
 import (
 	"context"
-	"log/slog"
+	"errors"
 	"time"
 )
 
-// EventKind says what happened to a lock.
-type EventKind int
+// Observer watches whole calls, from start to end, for metrics and traces
+// (the module github.com/lockgen/lockgen/otel is one). Where [WithObserver]'s
+// function sees events one by one, an Observer is told when a call starts,
+// with the caller's context, and keeps what it needs for that call (a span,
+// a start time) in the [CallObserver] it returns.
+//
+// Observers are set per call or per lock ([WithCallObserver], [Lock.With]),
+// per lock set ([SetObserverFor]) or once per process ([SetObserver]).
+// Calls refused for a bad argument or option, before anything is sent, are
+// not observed.
+type Observer interface {
+	// StartCall is called once when a call starts, on the calling
+	// goroutine, before anything is sent. The context it returns is the one
+	// the call uses from then on: for its statements (so a driver's tracer
+	// sees it) and, for a session lock, as the parent of fn's context. It
+	// must be ctx or derived from it (a span added, say); nil means ctx.
+	// The CallObserver receives the call's events and its end; nil means
+	// the observer does not follow this call.
+	StartCall(ctx context.Context, call Call) (context.Context, CallObserver)
+}
 
-// The events a call reports to its observer, in order: Acquired or Contended
-// first, then Released once the transaction (or session) ends. Error is
-// reported when a step before fn fails (getting a connection, the lock
-// statement, a standby, publishing the fencing token, the run-once claim)
-// or a session lock is lost; a failure of fn or COMMIT comes with
-// Released. A call refused for a bad argument or option reports nothing.
+// CallObserver follows one call. Its methods run synchronously, mostly on
+// the calling goroutine (a session lock's loss is reported from its
+// watcher's goroutine, before the call ends), one at a time, and must be
+// quick: the call waits for them.
+type CallObserver interface {
+	// Event receives the call's events in order (see [EventKind]).
+	Event(Event)
+	// EndCall is called exactly once, when the call returns (or fn's
+	// panic leaves it), after the last event.
+	EndCall(CallEnd)
+}
+
+// CallKind says which entry family a call belongs to.
+type CallKind int
+
+// The entry families. Each covers its database/sql and pgx forms, the
+// [Lock] methods and the repository forms.
 const (
-	// EventAcquired: the locks were granted. Event.Wait is the time from the
-	// start of the call until the grant (it includes the round trip).
-	EventAcquired EventKind = iota + 1
-	// EventContended: another session holds a lock (ErrLocked), the wait
-	// timed out (ErrLockTimeout) or RunOnce found the window done
-	// (ErrAlreadyDone). Event.Err says which, Event.Wait how long the
-	// answer took.
-	EventContended
-	// EventReleased: the transaction committed or rolled back, or the session
-	// lock was released. Event.Held is the time the locks were held and
-	// Event.Err the call's error, if any.
-	EventReleased
-	// EventError: a step before fn failed, or a session lock was lost.
-	EventError
+	CallExclusive CallKind = iota + 1 // RunExclusive, RunExclusiveRepo
+	CallSession                       // RunSession
+	CallOnce                          // RunOnce
+	CallFenced                        // RunFenced: a fenced write, which takes no lock
+	CallLead                          // Lead, Campaign: a leadership
+	CallLockTx                        // LockTx: a lock in the caller's transaction
 )
 
-// String returns the event kind's name: "acquired", "contended", "released"
-// or "error".
-func (k EventKind) String() string {
+// String returns the family's name as metrics and spans carry it:
+// "run_exclusive", "run_session", "run_once", "run_fenced", "lead" or
+// "lock_tx".
+func (k CallKind) String() string {
 	switch k {
-	case EventAcquired:
-		return "acquired"
-	case EventContended:
-		return "contended"
-	case EventReleased:
-		return "released"
-	case EventError:
-		return "error"
+	case CallExclusive:
+		return "run_exclusive"
+	case CallSession:
+		return "run_session"
+	case CallOnce:
+		return "run_once"
+	case CallFenced:
+		return "run_fenced"
+	case CallLead:
+		return "lead"
+	case CallLockTx:
+		return "lock_tx"
 	}
 	return "unknown"
 }
 
-// Event is what an observer (see [WithObserver]) receives.
-type Event struct {
-	Kind    EventKind // what happened
-	Name    string    // declared lock name, if the call came through a [Lock]
-	LockIDs []int64   // the call's lock IDs, ascending
-	Shared  bool      // shared mode
-	Session bool      // a session lock rather than a transaction lock
-	// Wait is how long taking the locks took (EventAcquired): from the
-	// start of the call to the grant, including getting a connection, BEGIN,
-	// the lock statement's round trip and any wait for the lock (WithWait),
-	// publishing the fencing token (WithFencing) and the run-once claim
-	// (RunOnce). For EventContended it is the time until the refusal or
-	// the timeout.
-	Wait time.Duration
-	// Held is how long the locks were held (EventReleased): from the grant
-	// to the end of COMMIT or ROLLBACK (for session locks, the unlock), when
-	// the server released them.
-	Held time.Duration
-	// Err is the error of the call (EventError, EventContended, and
-	// EventReleased when fn or COMMIT failed, or fn
-	// panicked); nil otherwise.
-	Err error
-	// Token is the fencing token of a fenced call (WithFencing), from
-	// EventAcquired on; 0 otherwise.
-	Token int64
+// Call describes a call as it starts (see [Observer]). LockIDs is the
+// call's own slice, as in [Event]: read it, do not change it.
+type Call struct {
+	Kind    CallKind
+	Name    string  // declared lock name, if the call came through a [Lock]
+	LockIDs []int64 // the call's lock IDs, ascending; none for RunFenced without a Lock
+	Shared  bool    // WithShared
+	Fencing bool    // WithFencing: the call issues a fencing token
+	Window  string  // RunOnce: the window key
+	Token   int64   // RunFenced: the token the write carries
 }
 
-// SlogObserver returns an [Observer] that logs each event to logger:
-// acquired and released at Debug (a release with an error at Warn),
-// contended at Info, errors at Error. Give it to a Locker
-// ([WithLockerObserver]) or to one call ([WithCallObserver]).
-func SlogObserver(logger *slog.Logger) EventFunc {
-	return func(e Event) {
-		level := slog.LevelDebug
-		switch e.Kind {
-		case EventContended:
-			level = slog.LevelInfo
-		case EventError:
-			level = slog.LevelError
-		case EventReleased:
-			if e.Err != nil {
-				level = slog.LevelWarn
-			}
-		}
-		ctx := context.Background()
-		if !logger.Enabled(ctx, level) {
-			return
-		}
-		attrs := make([]slog.Attr, 0, 7)
-		if e.Name != "" {
-			attrs = append(attrs, slog.String("lock", e.Name))
-		}
-		if len(e.LockIDs) == 1 {
-			attrs = append(attrs, slog.Int64("lock_id", e.LockIDs[0]))
-		} else {
-			attrs = append(attrs, slog.Any("lock_ids", e.LockIDs))
-		}
-		if e.Shared {
-			attrs = append(attrs, slog.Bool("shared", true))
-		}
-		if e.Session {
-			attrs = append(attrs, slog.Bool("session", true))
-		}
-		switch e.Kind {
-		case EventAcquired:
-			attrs = append(attrs, slog.Duration("wait", e.Wait))
-		case EventReleased:
-			attrs = append(attrs, slog.Duration("held", e.Held))
-		}
-		if e.Err != nil {
-			attrs = append(attrs, slog.String("error", e.Err.Error()))
-		}
-		logger.LogAttrs(ctx, level, "pgadvisory: lock "+e.Kind.String(), attrs...)
+// Outcome is what became of a call's attempt to hold its locks, as
+// [CallEnd] reports it. It is about the locks, not about fn: a call whose
+// fn failed still acquired its locks.
+type Outcome int
+
+// The outcomes. The mapping from the call's error uses errors.Is on the
+// package's sentinels, never the error text.
+const (
+	// OutcomeNone: the call takes no lock (RunFenced).
+	OutcomeNone Outcome = iota
+	// OutcomeAcquired: the locks were granted and released by the call
+	// itself, whatever fn returned. RunOnce finding its window done is
+	// acquired too: the lock was granted and the ledger, read under it,
+	// said the work was done (CallEnd.AlreadyDone, Err is ErrAlreadyDone).
+	OutcomeAcquired
+	// OutcomeLocked: another session held a lock (ErrLocked); fn was not
+	// called.
+	OutcomeLocked
+	// OutcomeTimeout: the wait for the locks, or for the fencing publish,
+	// timed out (ErrLockTimeout); fn was not called.
+	OutcomeTimeout
+	// OutcomeLost: the locks were granted, then lost before the call could
+	// release them: a session lock's connection died or its lock vanished
+	// (ErrLockLost), or a transaction lock's connection broke while fn ran
+	// or during COMMIT (ErrConnLost, ErrCommitUnknown).
+	OutcomeLost
+	// OutcomeError: the call failed before its locks were granted: no
+	// connection, a standby, a pooler, a canceled context, a missing schema,
+	// a fencing publish refused, and so on.
+	OutcomeError
+)
+
+// String returns the outcome as metrics carry it: "acquired", "locked",
+// "timeout", "lost", "error", or "" for OutcomeNone.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAcquired:
+		return "acquired"
+	case OutcomeLocked:
+		return "locked"
+	case OutcomeTimeout:
+		return "timeout"
+	case OutcomeLost:
+		return "lost"
+	case OutcomeError:
+		return "error"
 	}
+	return ""
+}
+
+// CallEnd is what a [CallObserver] learns when its call returns.
+type CallEnd struct {
+	Outcome Outcome
+	// Err is the call's error, as the caller gets it (nil on success).
+	Err error
+	// Wait is the time from the call's start to the answer: the grant
+	// (with WithFencing and RunOnce, after the publish and the ledger check),
+	// the refusal (ErrLocked, ErrAlreadyDone) or the timeout; 0 when no
+	// answer came (OutcomeError, OutcomeNone).
+	Wait time.Duration
+	// Held is the time from the grant to the end of COMMIT or ROLLBACK, or
+	// for a session lock the unlock: how long the locks were held. 0 when
+	// they were never granted.
+	Held time.Duration
+	// AlreadyDone reports that RunOnce found its window done and did not
+	// call fn.
+	AlreadyDone bool
+	// Rejection is ErrStaleToken, ErrMissingToken or ErrTruncateRefused
+	// when a fencing guard refused this call's own statement: a fenced
+	// write's, a statement of fn's transaction, or the publish of the
+	// call's token. It is nil when the error came from another lockgen call
+	// that fn made and returned: that call reported it to its observers.
+	Rejection error
+}
+
+// WithCallObserver makes o observe the call, in addition to the observer
+// set for its lock set or process ([SetObserverFor], [SetObserver]). It
+// takes the place of [WithObserver] given before it (one call-level observer
+// per call; a later one wins, like every option), and a nil o removes it.
+func WithCallObserver(o Observer) Option {
+	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = o })
+}
+
+// ObserverFunc turns an event function into an [Observer] (nil stays nil).
+// The function receives every event of the calls, as [EventFunc] does.
+func ObserverFunc(observe func(Event)) Observer {
+	if observe == nil {
+		return nil
+	}
+	return EventFunc(observe)
+}
+
+// EventFunc is an event function as an [Observer]: it receives every event
+// of every call it observes, and keeps no per-call state. [SlogObserver]
+// returns one. A nil EventFunc must not be used as an Observer.
+type EventFunc func(Event)
+
+// StartCall follows every call as f itself.
+func (f EventFunc) StartCall(ctx context.Context, _ Call) (context.Context, CallObserver) {
+	return ctx, f
+}
+
+// Event calls f.
+func (f EventFunc) Event(e Event) { f(e) }
+
+// EndCall does nothing: the events say it all.
+func (EventFunc) EndCall(CallEnd) {}
+
+// observation is a call's observers and what they are told at the end.
+type observation struct {
+	scoped, registered CallObserver
+	kind               CallKind
+	start              time.Time
+	wait, held         time.Duration
+	granted, answered  bool
+	alreadyDone        bool
+	token              int64 // fenced calls: the token, once issued
+}
+
+// startCall starts observing the call of kind and reports whether anyone
+// observes it; *ctx becomes the context the observers return.
+func (c *config) startCall(ctx *context.Context, kind CallKind, window string, token int64) bool {
+	registered := registeredObserver(c.name, c.lockerObserver)
+	if c.observer == nil && registered == nil {
+		return false
+	}
+	call := Call{Kind: kind, Name: c.name, LockIDs: c.ids, Shared: c.shared, Fencing: c.fencing, Window: window, Token: token}
+	o := &observation{kind: kind, start: time.Now()}
+	if c.observer != nil {
+		*ctx, o.scoped = startOne(*ctx, c.observer, call)
+	}
+	if registered != nil {
+		*ctx, o.registered = startOne(*ctx, registered, call)
+	}
+	if o.scoped == nil && o.registered == nil {
+		return false
+	}
+	c.obs = o
+	return true
+}
+
+// startOne starts obs on call, keeping ctx when obs returns none.
+func startOne(ctx context.Context, obs Observer, call Call) (context.Context, CallObserver) {
+	octx, co := obs.StartCall(ctx, call)
+	if octx == nil {
+		octx = ctx
+	}
+	return octx, co
+}
+
+// emit reports e, completed with the call's locks, to the call's observers.
+func (c *config) emit(e Event) {
+	o := c.obs
+	if o == nil {
+		return
+	}
+	e.Name, e.LockIDs, e.Shared, e.Session = c.name, c.ids, c.shared, c.session
+	if e.Token != 0 {
+		o.token = e.Token
+	} else {
+		e.Token = o.token
+	}
+	switch e.Kind {
+	case EventAcquired:
+		o.granted, o.answered, o.wait = true, true, e.Wait
+	case EventContended:
+		e.Wait = time.Since(o.start)
+		o.answered, o.wait = true, e.Wait
+		o.alreadyDone = errors.Is(e.Err, ErrAlreadyDone)
+	case EventReleased:
+		o.held = e.Held
+	}
+	if o.scoped != nil {
+		o.scoped.Event(e)
+	}
+	if o.registered != nil {
+		o.registered.Event(e)
+	}
+}
+
+// emitError reports a failed step: a lock timeout as contention, anything
+// else as an error.
+func (c *config) emitError(err error) {
+	kind := EventError
+	if errors.Is(err, ErrLockTimeout) {
+		kind = EventContended
+	}
+	c.emit(Event{Kind: kind, Err: err})
+}
+
+// errFnPanicked is the error the observers see for a call whose fn panicked
+// (the panic itself goes on to the caller).
+var errFnPanicked = errors.New("pgadvisory: fn panicked")
+
+// endCall tells the call's observers that it returned err.
+func (c *config) endCall(err error) {
+	o := c.obs
+	end := CallEnd{Outcome: c.outcome(err), Err: err, Held: o.held, AlreadyDone: o.alreadyDone, Rejection: ownRejection(err)}
+	if o.answered {
+		end.Wait = o.wait
+	}
+	if o.scoped != nil {
+		o.scoped.EndCall(end)
+	}
+	if o.registered != nil {
+		o.registered.EndCall(end)
+	}
+}
+
+// outcome maps the call's error to its outcome (see Outcome).
+func (c *config) outcome(err error) Outcome {
+	o := c.obs
+	switch {
+	case o.kind == CallFenced:
+		return OutcomeNone
+	case o.alreadyDone:
+		return OutcomeAcquired
+	case o.granted:
+		switch ownKind(err) {
+		case ErrLockLost, ErrConnLost, ErrCommitUnknown:
+			return OutcomeLost
+		}
+		return OutcomeAcquired
+	case errors.Is(err, ErrLockTimeout):
+		return OutcomeTimeout
+	case errors.Is(err, ErrLocked):
+		return OutcomeLocked
+	case err == nil:
+		return OutcomeAcquired
+	}
+	return OutcomeError
+}
+
+// ownKind is the Kind of the *Error this call made, or nil when err is none
+// or its cause is another lockgen call's *Error (which fn returned): that
+// call's outcome is not this one's. A lost session lock is always the
+// call's own: only its watcher or release makes ErrLockLost the Kind.
+func ownKind(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	if e.Kind == ErrLockLost {
+		return e.Kind
+	}
+	var inner *Error
+	if e.Err != nil && errors.As(e.Err, &inner) {
+		return nil
+	}
+	return e.Kind
+}
+
+// ownRejection is the fencing kind of err when a fencing guard refused the
+// call's own statement (see CallEnd.Rejection).
+func ownRejection(err error) error {
+	switch kind := ownKind(err); kind {
+	case ErrStaleToken, ErrMissingToken, ErrTruncateRefused:
+		return kind
+	}
+	return nil
+}
+
+// observed runs body as the call c of kind, between its observers'
+// StartCall and EndCall (also when fn panics). Unobserved, it only runs
+// body.
+func (c *config) observed(ctx context.Context, kind CallKind, window string, token int64, body func(context.Context) error) error {
+	if !c.startCall(&ctx, kind, window, token) {
+		return body(ctx)
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			c.endCall(errFnPanicked)
+		}
+	}()
+	err := body(ctx)
+	ended = true
+	c.endCall(err)
+	return err
+}
+
+// callKind is the family of a transaction-lock call.
+func (c *config) callKind() CallKind {
+	if c.runOnce {
+		return CallOnce
+	}
+	return CallExclusive
 }

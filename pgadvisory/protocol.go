@@ -82,7 +82,7 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // run is the transaction-lock protocol shared by RunExclusive and
 // RunExclusivePgx (and RunOnce, RunOncePgx), between its observers' start
-// and end (observe.go).
+// and end (observer.go).
 func run(ctx context.Context, c *config, d txDriver, call func() error) error {
 	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return runTx(ctx, c, d, call) })
 }

@@ -34,7 +34,7 @@ type sessionConn interface {
 }
 
 // runSession is the session-lock protocol shared by both drivers, between
-// its observers' start and end (observe.go), on the shared connections of
+// its observers' start and end (observer.go), on the shared connections of
 // the Locker's state s (for pool), or on a connection of its own.
 func runSession(ctx context.Context, c *config, s *lockerState, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
 	c.session = true
