@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
@@ -361,3 +362,31 @@ func main() {
 }
 
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `\`, `\\`) + `"` }
+
+// TestPgxTxOptionsRefuseWhatTheyDrop: the deprecated WithPgxTxOptions
+// carries AccessMode only; BeginQuery, CommitQuery and DeferrableMode are
+// refused before anything is sent instead of being dropped, and
+// WithReadOnly makes the transaction read-only.
+func TestPgxTxOptionsRefuseWhatTheyDrop(t *testing.T) {
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
+		key := testdb.Key(t)
+		for name, opts := range map[string]pgx.TxOptions{
+			"BeginQuery":     {BeginQuery: "BEGIN"},
+			"CommitQuery":    {CommitQuery: "COMMIT"},
+			"DeferrableMode": {DeferrableMode: pgx.Deferrable},
+		} {
+			err := door.RunExclusive(ctx, key, txNotCalled(t), pgadvisory.WithPgxTxOptions(opts))
+			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument, name)
+			require.Contains(t, err.Error(), name)
+		}
+		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+			return tx.Exec(ctx, "CREATE TEMP TABLE read_only_probe (x int)")
+		}, pgadvisory.WithReadOnly())
+		require.Error(t, err, "WithReadOnly: a write is refused")
+		require.Contains(t, err.Error(), "25006", "read_only_sql_transaction")
+		require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+			return tx.Exec(ctx, "CREATE TEMP TABLE read_only_probe (x int)")
+		}), "control: the same write without WithReadOnly")
+	})
+}

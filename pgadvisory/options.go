@@ -166,10 +166,10 @@ func WithTxOptions(opts sql.TxOptions) Option {
 }
 
 // WithPgxTxOptions is [WithTxOptions] in pgx's terms. IsoLevel must be empty
-// or [pgx.ReadCommitted]; BeginQuery is not supported.
+// or [pgx.ReadCommitted]; BeginQuery, CommitQuery and DeferrableMode are
+// refused with [ErrInvalidArgument].
 //
-// Deprecated: use [WithReadOnly]. DeferrableMode and CommitQuery are not
-// honoured.
+// Deprecated: use [WithReadOnly], the one setting it carries.
 func WithPgxTxOptions(opts pgx.TxOptions) Option {
 	return optionFunc(func(c *config) {
 		c.mark(optPgxTxOptions)
@@ -179,8 +179,8 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 			c.setErr(ErrIsolationLevel, fmt.Errorf("asked for %s", opts.IsoLevel))
 			return
 		}
-		if opts.BeginQuery != "" {
-			c.setErr(ErrInvalidArgument, errors.New("WithPgxTxOptions: BeginQuery is not supported"))
+		if opts.BeginQuery != "" || opts.CommitQuery != "" || opts.DeferrableMode != "" {
+			c.setErr(ErrInvalidArgument, errors.New("WithPgxTxOptions: only AccessMode is supported (BeginQuery, CommitQuery and DeferrableMode are not)"))
 			return
 		}
 		c.readOnly = opts.AccessMode == pgx.ReadOnly
