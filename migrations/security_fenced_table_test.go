@@ -1,0 +1,86 @@
+package migrations_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+)
+
+// The trigger functions that run as their owner check their table in
+// pgadvisory.fenced_table: a table owned by a role that may not execute
+// them works only once listed with the triggers' arguments, a row trigger
+// cloned to a partition through its listed parent, and a listing with other
+// arguments does not count. The table's owner is an application role; the
+// owner of lockgen's schema created the triggers (a role that may not
+// execute the functions cannot).
+func TestFencedTableListing(t *testing.T) {
+	db := migrated.DB(t)
+	role := fencing.AppRole(t, db)
+	schema := testdb.Schema(t)
+	lock := testdb.Key(t)
+	parted := schema + ".parted"
+	args := fmt.Sprintf("'%d', 'strict'", lock)
+	_, err := db.Exec(`
+		CREATE TABLE ` + parted + ` (id int NOT NULL, balance int NOT NULL, fencing_token bigint) PARTITION BY RANGE (id);
+		CREATE TABLE ` + schema + `.part1 PARTITION OF ` + parted + ` FOR VALUES FROM (0) TO (100);
+		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + parted + `
+			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check(` + args + `);
+		ALTER TABLE ` + parted + ` OWNER TO ` + role + `;
+		ALTER TABLE ` + schema + `.part1 OWNER TO ` + role)
+	require.NoError(t, err)
+	tok := fencing.Publish(t, db, lock)
+	insert := `INSERT INTO ` + parted + ` (id, balance) VALUES (1, 100)`
+
+	sqlstate.Require(t, fencing.Write(db, tok, insert), "42501", "not listed, and its owner may not execute fence_check")
+	_, err = db.Exec(`SELECT pgadvisory.fence_register($1, $2, 'permissive', '{}')`, parted, fmt.Sprint(lock))
+	require.NoError(t, err)
+	sqlstate.Require(t, fencing.Write(db, tok, insert), "42501", "listed with another policy")
+	_, err = db.Exec(`SELECT pgadvisory.fence_register($1, $2, 'strict', '{}')`, parted, fmt.Sprint(lock))
+	require.NoError(t, err)
+	require.NoError(t, fencing.Write(db, tok, insert), "the partition's cloned trigger finds its listed parent")
+	sqlstate.Require(t, fencing.Write(db, 0, `DELETE FROM `+schema+`.part1`), codeMissing)
+
+	_, err = db.Exec(`SELECT pgadvisory.fence_unregister($1)`, parted)
+	require.NoError(t, err)
+	sqlstate.Require(t, fencing.Write(db, tok, `UPDATE `+parted+` SET balance = 1`), "42501", "unlisted again")
+	_, err = db.Exec(`GRANT EXECUTE ON FUNCTION pgadvisory.fence_check() TO ` + role)
+	require.NoError(t, err)
+	require.NoError(t, fencing.Write(db, tok, `UPDATE `+parted+` SET balance = 1`), "its owner may execute fence_check: a trusted role's table")
+}
+
+// fence_register lists only tables whose columns the trigger functions can
+// read as their owner: a fencing_token bigint, and parameter columns of the
+// built-in types whose text no session setting changes, NOT NULL.
+func TestFenceRegisterRefusals(t *testing.T) {
+	db := migrated.DB(t)
+	schema := testdb.Schema(t)
+	_, err := db.Exec(`CREATE DOMAIN ` + schema + `.tok AS bigint;
+		CREATE TABLE ` + schema + `.t (id int, tenant bigint NOT NULL, region text NOT NULL, maybe bigint, day date NOT NULL, f float8 NOT NULL, fencing_token bigint);
+		CREATE TABLE ` + schema + `.nocol (id int);
+		CREATE TABLE ` + schema + `.domained (id int, fencing_token ` + schema + `.tok)`)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		table, lock, policy, columns, code string
+	}{
+		{"t", "1", "lenient", "{}", "22023"},
+		{"t", "billing.invoice", "strict", "{}", "22023"},  // a plain lock is an ID
+		{"t", "Not A Name", "strict", "{tenant}", "22023"}, // a parameterized lock is a name
+		{"nocol", "1", "strict", "{}", "42804"},
+		{"domained", "1", "strict", "{}", "42804"},
+		{"t", "billing.invoice", "strict", "{nosuch}", "42703"},
+		{"t", "billing.invoice", "strict", "{day}", "42804"},
+		{"t", "billing.invoice", "strict", "{f}", "42804"},
+		{"t", "billing.invoice", "strict", "{maybe}", "23502"},
+	} {
+		_, err := db.Exec(`SELECT pgadvisory.fence_register($1, $2, $3, $4)`, schema+"."+tc.table, tc.lock, tc.policy, tc.columns)
+		sqlstate.Require(t, err, tc.code, "%+v", tc)
+	}
+	_, err = db.Exec(`SELECT pgadvisory.fence_register($1, 'billing.invoice', 'strict', '{tenant,region}')`, schema+".t")
+	require.NoError(t, err, "the control: bigint and text NOT NULL")
+}
