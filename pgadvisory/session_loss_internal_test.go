@@ -334,8 +334,12 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 			t.Cleanup(func() { setSessionConns(d.handle, defaultSessionConns) })
 			ctx := testdb.Context(t)
 			slow, fast := testdb.Key(t), testdb.Key(t)
+			// Whatever fails first, the link heals before the calls are
+			// waited for (the hourly lock's release would wait an hour).
+			defer px.Blackhole(false)
 
-			started := make(chan struct{})
+			started, stop := make(chan struct{}), make(chan struct{})
+			defer close(stop) // ends the hourly lock's fn when a check below failed
 			slowCause := make(chan error, 1)
 			slowDone := make(chan error, 1)
 			go func() {
@@ -344,7 +348,7 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 						close(started)
 						select {
 						case <-fctx.Done():
-						case <-time.After(lossNoticed):
+						case <-stop:
 						}
 						slowCause <- context.Cause(fctx)
 						return context.Cause(fctx)
@@ -373,6 +377,7 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 					time.Sleep(5 * lossInterval) // a few checks pass
 					require.NoError(t, fctx.Err(), "no loss yet")
 					px.Blackhole(true)
+					defer px.Blackhole(false) // before the release's unlock
 					if awaitLoss(t, fctx) {
 						fastCause = context.Cause(fctx)
 					}
@@ -380,14 +385,19 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 				})
 			require.ErrorIs(t, fastCause, ErrLockLost)
 			require.ErrorIs(t, err, ErrLockLost)
+			var slowErr error
 			select {
-			case cause := <-slowCause:
-				require.ErrorIs(t, cause, ErrLockLost, "the hourly lock's work is canceled too")
+			case slowErr = <-slowCause:
 			case <-time.After(lossNoticed):
-				t.Fatal("the hourly lock's work was not canceled")
 			}
 			px.Blackhole(false)
-			require.ErrorIs(t, <-slowDone, ErrLockLost)
+			require.ErrorIs(t, slowErr, ErrLockLost, "the hourly lock's work is canceled too")
+			select {
+			case err := <-slowDone:
+				require.ErrorIs(t, err, ErrLockLost)
+			case <-ctx.Done():
+				t.Fatal("the hourly lock's call did not return")
+			}
 		})
 	}
 }
