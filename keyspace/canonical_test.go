@@ -84,6 +84,8 @@ func TestCanonicalErrors(t *testing.T) {
 		{keyspace.UUID, "urn:uuid:6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 		{keyspace.String, "\xff"},
 		{keyspace.String, "a\x00b"},
+		{keyspace.String, "\x00ab"}, // a NUL byte first, at index 0
+		{keyspace.String, "ab\x00"},
 		{keyspace.ParamType("float64"), "1.5"},
 		{keyspace.ParamType(""), ""},
 	} {

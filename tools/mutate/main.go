@@ -18,12 +18,18 @@
 //	go run -C tools ./mutate -run fence   # the mutants whose name matches
 //	go run -C tools ./mutate -check       # only check that the list applies
 //	go run -C tools ./mutate -list        # print the list
+//	go run -C tools ./mutate -gremlins    # gremlins on the packages that test without a database
 //
 // -check needs no database and runs no test: every mutant's text must be
 // found exactly once in its file, a mutant of a migration must target the
 // latest definition of its function or view, and its -run pattern must
 // select a test. CI runs it, so that the list does not rot when the code
 // changes.
+//
+// -gremlins runs gremlins (pinned in tools/go.mod) instead, on
+// GremlinsPackages, in the scratch copy: each package's test efficacy must
+// reach GremlinsThreshold, and every mutant of gremlins' that lived must be
+// listed in GremlinsEquivalents with the reason no test can kill it.
 //
 // The exit status is 0 when every mutant is killed (or survives and is
 // marked equivalent, with the reason), 1 otherwise, 2 for bad usage.
@@ -61,6 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	timeout := fl.Duration("timeout", 4*time.Minute, "deadline for one mutant's tests")
 	baseline := fl.Bool("baseline", true, "first run the selected mutants' tests without any mutant")
 	verbose := fl.Bool("v", false, "print go test's output for every mutant that is not killed")
+	gremlins := fl.Bool("gremlins", false, "instead of the named mutants, run gremlins on the packages that test without a database (-run selects packages)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -69,7 +76,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	mutants := Mutants
-	if *sel != "" {
+	gremlinsPkgs := GremlinsPackages
+	if *gremlins && *sel != "" {
+		re, err := regexp.Compile(*sel)
+		if err != nil {
+			fmt.Fprintf(stderr, "mutate: -run: %v\n", err)
+			return 2
+		}
+		gremlinsPkgs = nil
+		for _, p := range GremlinsPackages {
+			if re.MatchString(p) {
+				gremlinsPkgs = append(gremlinsPkgs, p)
+			}
+		}
+		if len(gremlinsPkgs) == 0 {
+			fmt.Fprintf(stderr, "mutate: -run %q selects no package of %v\n", *sel, GremlinsPackages)
+			return 2
+		}
+	} else if *sel != "" {
 		re, err := regexp.Compile(*sel)
 		if err != nil {
 			fmt.Fprintf(stderr, "mutate: -run: %v\n", err)
@@ -122,6 +146,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r := &runner{ctx: ctx, s: s, timeout: *timeout, goBin: goBin}
+	if *gremlins {
+		clean, err := runGremlins(ctx, r, gremlinsPkgs, stdout, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "mutate: %v\n", err)
+			return 1
+		}
+		if !clean {
+			return 1
+		}
+		return 0
+	}
 	if *baseline {
 		fmt.Fprintf(stderr, "mutate: running the tests without mutants first\n")
 		err := r.baseline(mutants)

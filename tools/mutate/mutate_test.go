@@ -336,3 +336,29 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("-list -run printed:\n%s", stdout.String())
 	}
 }
+
+func TestReadGremlins(t *testing.T) {
+	data := []byte(`{"go_module":"m","files":[{"file_name":"a.go","mutations":[
+		{"type":"CONDITIONALS_BOUNDARY","status":"KILLED","line":1,"column":2},
+		{"type":"CONDITIONALS_BOUNDARY","status":"LIVED","line":3,"column":4},
+		{"type":"ARITHMETIC_BASE","status":"NOT COVERED","line":5,"column":6},
+		{"type":"ARITHMETIC_BASE","status":"KILLED","line":7,"column":8},
+		{"type":"ARITHMETIC_BASE","status":"KILLED","line":9,"column":1},
+		{"type":"INCREMENT_DECREMENT","status":"TIMED OUT","line":9,"column":2}]}]}`)
+	r, err := readGremlins("./internal/p", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.killed != 3 || r.lived != 1 || r.notCovered != 1 || r.timedOut != 1 {
+		t.Fatalf("counts %+v", r)
+	}
+	if e := r.efficacy(); e != 75 {
+		t.Fatalf("efficacy %v, want 75", e)
+	}
+	if len(r.livedAt) != 1 || r.livedAt[0] != "internal/p/a.go:3:4 CONDITIONALS_BOUNDARY" {
+		t.Fatalf("lived at %q", r.livedAt)
+	}
+	if _, err := readGremlins("./p", []byte("not json")); err == nil {
+		t.Fatal("a report that is not JSON was read")
+	}
+}
