@@ -42,7 +42,8 @@
 --     application's fencing migrations) needs EXECUTE on them and on
 --     fence_register, granted by the owner.
 --   * No token reaches anyone but its holder: LF001 no longer names the
---     lock's current token, and LF004 no longer names published tokens (its
+--     lock's current token nor a row's stamp (which may be the current
+--     token), and LF004 no longer names published tokens (its
 --     hint reads them in the statement it suggests). fence_require_current
 --     (the per-lock check, which keeps a fence row FOR SHARE) is no longer
 --     PUBLIC: a role that writes no fenced table cannot hold a fence row and
@@ -324,8 +325,9 @@ BEGIN
                       HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
         END IF;
     ELSIF TG_OP = 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
-        RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries token % (lock %)',
-            v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, OLD.fencing_token, TG_ARGV[0]
+        -- The row's stamp may be the current token: the message names none.
+        RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries a newer token (lock %)',
+            v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
             USING ERRCODE = 'LF001';
     END IF;
     NEW.fencing_token := v_tok;
@@ -352,7 +354,6 @@ DECLARE
     v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
     v_rows   boolean;
     v_bad    boolean;
-    v_stamp  bigint;
     v_type   pg_catalog.oid;
     v_cur    bigint;
     v_id     bigint;
@@ -390,8 +391,8 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
         SELECT EXISTS (SELECT FROM fence_old) INTO v_rows;
     ELSE
-        SELECT true, n.fencing_token, n.fencing_token IS DISTINCT FROM v_tok INTO v_rows, v_stamp, v_bad
-        FROM fence_new AS n ORDER BY 3 DESC LIMIT 1;
+        SELECT true, n.fencing_token IS DISTINCT FROM v_tok INTO v_rows, v_bad
+        FROM fence_new AS n ORDER BY 2 DESC LIMIT 1;
     END IF;
     IF NOT COALESCE(v_rows, false) THEN
         RETURN NULL;
@@ -403,8 +404,8 @@ BEGIN
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
     END IF;
     IF v_bad THEN
-        RAISE EXCEPTION 'pgadvisory: % on %.% wrote a row stamped % although the write carries token %: a trigger that runs after zz_pgadvisory_fence changed fencing_token (lock %)',
-            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, COALESCE(v_stamp::pg_catalog.text, 'NULL'), COALESCE(v_tok::pg_catalog.text, 'none'), v_lock
+        RAISE EXCEPTION 'pgadvisory: % on %.% wrote a row whose fencing_token is not the write''s token: a trigger that runs after zz_pgadvisory_fence changed fencing_token (lock %)',
+            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
             USING ERRCODE = 'LF001';
     END IF;
     IF v_tok IS NULL THEN
@@ -496,8 +497,8 @@ BEGIN
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
     END IF;
     IF TG_OP <> 'INSERT' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
-        RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries token % (lock %)',
-            v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, OLD.fencing_token, v_lock
+        RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries a newer token (lock %)',
+            v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
             USING ERRCODE = 'LF001';
     END IF;
     PERFORM pgadvisory.fence_require_current(v_lock, v_tok, NULL, NULL);
@@ -550,8 +551,8 @@ BEGIN
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
     END IF;
     IF TG_OP <> 'INSERT' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
-        RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries token % (lock %)',
-            v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, OLD.fencing_token, v_name
+        RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries a newer token (lock %)',
+            v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_name
             USING ERRCODE = 'LF001';
     END IF;
     -- The row's lock (the old row for DELETE; an UPDATE needs the old row's

@@ -104,7 +104,7 @@ func TestFenceReorderingTriggerChangesStampOfLaterRow(t *testing.T) {
 	for _, id := range []int{3, 2} {
 		restamp(id)
 		e := sqlstate.Require(t, fencing.Write(db, tok, insert), codeStale)
-		require.Contains(t, e.Message, "wrote a row stamped -1 although the write carries token")
+		require.Contains(t, e.Message, "wrote a row whose fencing_token is not the write's token")
 		require.Equal(t, []int64{0}, queryInts(t, db, `SELECT count(*) FROM `+table), "no row of the statement was written")
 	}
 
@@ -114,7 +114,7 @@ func TestFenceReorderingTriggerChangesStampOfLaterRow(t *testing.T) {
 
 	restamp(3)
 	e := sqlstate.Require(t, fencing.Write(db, tok, update), codeStale)
-	require.Contains(t, e.Message, "wrote a row stamped -1 although the write carries token")
+	require.Contains(t, e.Message, "wrote a row whose fencing_token is not the write's token")
 	require.Equal(t, []int64{2, 2, 2}, queryInts(t, db, `SELECT balance FROM `+table+` ORDER BY id`), "the UPDATE changed no row")
 }
 

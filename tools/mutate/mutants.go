@@ -106,7 +106,7 @@ var Mutants = []Mutant{
 	{
 		Name: "stamp-check-first-row-only", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "FROM fence_new AS n ORDER BY 3 DESC LIMIT 1;",
+		Search:  "FROM fence_new AS n ORDER BY 2 DESC LIMIT 1;",
 		Replace: "FROM fence_new AS n LIMIT 1;",
 		Promise: "every row a statement wrote must carry the write's token as its stamp, not only the first",
 		Pkgs:    migrations, Run: "^TestFenceReorderingTrigger",
