@@ -43,8 +43,8 @@ import (
 )
 
 // BenchmarkStdlib compares pgadvisory.RunExclusive (the deprecated
-// package-level function, "lockgen") and Locker.RunExclusive on a named
-// Lock ("locker") with the design source's RunExclusive and with a bare
+// package-level function, "lockgen") and Locker.RunExclusive ("locker")
+// with the design source's RunExclusive and with a bare
 // transaction, all on database/sql + pgx stdlib.
 func BenchmarkStdlib(b *testing.B) {
 	ctx := context.Background()
@@ -72,7 +72,7 @@ func BenchmarkStdlib(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			lock := pgadvisory.Lock{Name: "bench.locker", ID: testdb.Key(b)}
+			lock := pgadvisory.ID(testdb.Key(b))
 			benchOp(b, c, backToBack, nil, idle, func() error {
 				return locker.RunExclusive(ctx, lock, func(*sql.Tx) error { return nil })
 			})
@@ -103,7 +103,7 @@ func BenchmarkPgx(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			lock := pgadvisory.Lock{Name: "bench.locker", ID: testdb.Key(b)}
+			lock := pgadvisory.ID(testdb.Key(b))
 			benchOp(b, c, backToBack, nil, idle, func() error {
 				return locker.RunExclusive(ctx, lock, func(pgx.Tx) error { return nil })
 			})

@@ -282,11 +282,11 @@ func (l Lock) RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*s
 	if db == nil || fn == nil {
 		return fencedInvalid(token, "nil db or fn")
 	}
-	c, err := l.fencedWrite(token)
+	c, err := l.fencedWrite()
 	if err != nil {
 		return err
 	}
-	return stdlibDriver{db: db}.runFenced(ctx, c, fn)
+	return stdlibDriver{db: db}.runFenced(ctx, c, token, fn)
 }
 
 // RunFencedPgx is [Lock.RunFenced] for a pgx pool.
@@ -296,11 +296,11 @@ func (l Lock) RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64,
 	if pool == nil || fn == nil {
 		return fencedInvalid(token, "nil pool or fn")
 	}
-	c, err := l.fencedWrite(token)
+	c, err := l.fencedWrite()
 	if err != nil {
 		return err
 	}
-	return pgxDriver{pool: pool}.runFenced(ctx, c, fn)
+	return pgxDriver{pool: pool}.runFenced(ctx, c, token, fn)
 }
 
 // SetFencingToken is [Locker.SetFencingToken].

@@ -28,7 +28,7 @@ type Driver[TTx any] interface {
 	setFencingToken(ctx context.Context, tx TTx, token int64) error
 	// runFenced is a fenced write's transaction: BEGIN, the token, fn,
 	// COMMIT.
-	runFenced(ctx context.Context, c *config, fn func(TTx) error) error
+	runFenced(ctx context.Context, c *config, token int64, fn func(TTx) error) error
 	// currentLeader reads pgadvisory.current_leader for lockID.
 	currentLeader(ctx context.Context, lockID int64, name string) (Leader, error)
 	// lockTxRow runs LockTx's statement in tx.
@@ -66,8 +66,8 @@ func (stdlibDriver) setFencingToken(ctx context.Context, tx *sql.Tx, token int64
 	return setFencingTokenSQL(ctx, tx, token)
 }
 
-func (s stdlibDriver) runFenced(ctx context.Context, c *config, fn func(*sql.Tx) error) error {
-	return c.observed(ctx, CallFenced, "", c.token, func(ctx context.Context) error { return runFenced(ctx, s.db, c.token, fn) })
+func (s stdlibDriver) runFenced(ctx context.Context, c *config, token int64, fn func(*sql.Tx) error) error {
+	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFenced(ctx, s.db, token, fn) })
 }
 
 func (s stdlibDriver) currentLeader(ctx context.Context, lockID int64, name string) (Leader, error) {
@@ -100,8 +100,8 @@ func (pgxDriver) setFencingToken(ctx context.Context, tx pgx.Tx, token int64) er
 	return setFencingTokenPgx(ctx, tx, token)
 }
 
-func (p pgxDriver) runFenced(ctx context.Context, c *config, fn func(pgx.Tx) error) error {
-	return c.observed(ctx, CallFenced, "", c.token, func(ctx context.Context) error { return runFencedPgx(ctx, p.pool, c.token, fn) })
+func (p pgxDriver) runFenced(ctx context.Context, c *config, token int64, fn func(pgx.Tx) error) error {
+	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFencedPgx(ctx, p.pool, token, fn) })
 }
 
 func (p pgxDriver) currentLeader(ctx context.Context, lockID int64, name string) (Leader, error) {

@@ -50,10 +50,7 @@ func TestFailBackendTerminated(t *testing.T) {
 			return tx.Exec(ctx, "SELECT 1")
 		})
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "57P01")
-		require.False(t, w.Committed(t, "before-kill"))
-		require.True(t, w.LockFree(t, key))
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireRolledBack(t, door, key, "before-kill", "next-call")
 	})
 }
 

@@ -98,10 +98,8 @@ func TestFailFnError(t *testing.T) {
 					require.ErrorIs(t, err, boom)
 				}
 				require.Equal(t, tc.err, err, "an error without a special meaning comes back as fn returned it")
-				require.False(t, w.Committed(t, "failed"))
-				require.True(t, w.LockFree(t, key), "released with the rollback, before the call returned")
-				frontdoor.RequireIdle(t, door)
-				w.RequireUsable(t, door, key, "next-call")
+				// released with the rollback, before the call returned
+				w.RequireRolledBack(t, door, key, "failed", "next-call")
 			})
 		}
 	})
@@ -126,10 +124,7 @@ func TestFailFnPanics(t *testing.T) {
 		})
 		require.Equal(t, panicValue{n: 7}, v, "the panic reaches the caller unchanged")
 		require.NoError(t, ret, "the call did not return normally")
-		require.False(t, w.Committed(t, "panicked"))
-		require.True(t, w.LockFree(t, key))
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireRolledBack(t, door, key, "panicked", "next-call")
 	})
 }
 
@@ -154,10 +149,7 @@ func TestFailSwallowedSQLError(t *testing.T) {
 		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
 		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown, "the outcome is known: rolled back")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
-		require.False(t, w.Committed(t, "swallowed"))
-		require.True(t, w.LockFree(t, key))
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireRolledBack(t, door, key, "swallowed", "next-call")
 	})
 }
 

@@ -261,12 +261,12 @@ func fencedOp(err error) Op {
 // fencedWrite is the call of a fenced write under l: its name, its ID and
 // the observer declared with it; its other declared options concern its
 // lock calls, not the write.
-func (l Lock) fencedWrite(token int64) (*config, error) {
+func (l Lock) fencedWrite() (*config, error) {
 	declared, err := newConfig(packageState, l.ID, l.named(nil))
 	if err != nil {
 		return nil, err
 	}
-	return &config{ids: []int64{l.ID}, name: l.Name, observer: declared.observer, token: token}, nil
+	return &config{ids: []int64{l.ID}, name: l.Name, observer: declared.observer}, nil
 }
 
 // setFencingTokenSQL makes tx carry token (database/sql).

@@ -325,8 +325,8 @@ func (l *Locker[TTx]) RunFenced(ctx context.Context, token int64, fn func(TTx) e
 		}
 		return fencedInvalid(token, what)
 	}
-	c := &config{token: token, lockerObserver: l.s.observer}
-	return l.d.runFenced(ctx, c, fn)
+	c := &config{locker: l.s}
+	return l.d.runFenced(ctx, c, token, fn)
 }
 
 // SetFencingToken makes tx carry token: fenced tables then accept tx's

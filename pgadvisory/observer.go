@@ -208,7 +208,11 @@ type observation struct {
 // startCall starts observing the call of kind and reports whether anyone
 // observes it; *ctx becomes the context the observers return.
 func (c *config) startCall(ctx *context.Context, kind CallKind, window string, token int64) bool {
-	registered := registeredObserver(c.name, c.lockerObserver)
+	var lockerObs Observer
+	if c.locker != nil {
+		lockerObs = c.locker.observer
+	}
+	registered := registeredObserver(c.name, lockerObs)
 	if c.observer == nil && registered == nil {
 		return false
 	}

@@ -43,31 +43,36 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// config is the resolved form of a call's options.
+// config is the resolved form of a call's options. (Its flags are kept
+// together, so that the struct stays small: one is allocated per call.)
 type config struct {
 	ids      []int64 // sorted, deduplicated
 	name     string
-	shared   bool
-	wait     bool
 	timeout  time.Duration // with wait: 0 means until ctx is done
-	readOnly bool
 	observer Observer      // the call's own (WithObserver, WithCallObserver)
 	obs      *observation  // the call's observers, once it started; nil when none
 	interval time.Duration // session locks: liveness check period
-	session  bool
-	fencing  bool
-	err      error // first invalid option
-	errKind  error // its kind
+	err      error         // first invalid option
+	errKind  error         // its kind
 
-	given     optionSet // the options applied, by the call or declared with the lock
-	declared  optionSet // those of them that the lock declared (Lock.With)
-	declaring bool      // applying a Lock's declared options
+	given    optionSet // the options applied, by the call or declared with the lock
+	declared optionSet // those of them that the lock declared (Lock.With)
+
+	shared    bool
+	wait      bool
+	readOnly  bool
+	session   bool
+	fencing   bool
+	declaring bool // applying a Lock's declared options
+	// sessionPooler: session locks go through a declared session-mode
+	// pooler (WithSessionPooler)
+	sessionPooler bool
+	runOnce       bool // a run-once call
+	lead          bool // a leadership (Lead, Campaign)
 
 	// session locks: the bound of one check and of the release
-	// (WithCheckTimeout), and a declared session-mode pooler
-	// (WithSessionPooler)
-	checkTimeout  time.Duration
-	sessionPooler bool
+	// (WithCheckTimeout)
+	checkTimeout time.Duration
 
 	// session locks: runs on the lock's connection once the lock is
 	// granted, before fn (Lead publishes its term there); an error, already
@@ -77,15 +82,11 @@ type config struct {
 	// ids as the text of a bigint array, once built (idsArg)
 	idsText string
 
-	// lockerObserver is the observer of the call's Locker (WithLockerObserver)
-	lockerObserver Observer
-	// lead: a leadership (Lead, Campaign)
-	lead bool
-	// token: a fenced write's token (RunFenced)
-	token int64
+	// locker is the state of the call's Locker: its observer
+	// (WithLockerObserver); nil for a fenced write of a Lock method
+	locker *lockerState
 
 	// run-once calls
-	runOnce      bool
 	ledgerLockID int64 // the lock ID the run-once ledger is keyed by
 	window       string
 	holder       string
@@ -311,7 +312,7 @@ const defaultCheckTimeout = 5 * time.Second
 // of its Locker's state s.
 func newConfig(s *lockerState, lockID int64, opts []Option) (*config, error) {
 	c := &config{ids: []int64{lockID}, interval: s.interval, checkTimeout: s.checkTimeout,
-		sessionPooler: s.sessionPooler, holder: s.holder, lockerObserver: s.observer}
+		sessionPooler: s.sessionPooler, holder: s.holder, locker: s}
 	for _, opt := range opts {
 		if opt == nil {
 			continue

@@ -170,6 +170,17 @@ func (w *Witness) BlockedBy(t testing.TB, pid int64, pattern string) int64 {
 	return n
 }
 
+// RequireRolledBack is the closing check of a failure story: the mark
+// labelled mark was not committed, key is free, no connection of door is
+// left checked out, and door still works (RequireUsable with next).
+func (w *Witness) RequireRolledBack(t testing.TB, door frontdoor.Door, key int64, mark, next string) {
+	t.Helper()
+	require.False(t, w.Committed(t, mark), "nothing of the failed call committed")
+	require.True(t, w.LockFree(t, key), "the lock was released")
+	frontdoor.RequireIdle(t, door)
+	w.RequireUsable(t, door, key, next)
+}
+
 // RequireUsable shows that door still works after a failure: a call that
 // marks label commits, and the witness sees the mark.
 func (w *Witness) RequireUsable(t testing.TB, door frontdoor.Door, key int64, label string) {
