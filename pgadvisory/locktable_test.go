@@ -20,7 +20,7 @@ import (
 
 func TestLockTableFull(t *testing.T) {
 	c := throwawayCluster(t)
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 
 	// Both front doors get one connection each, opened now: with the table
 	// full, a new backend could not even connect (it needs a lock-table

@@ -73,9 +73,9 @@ func TestPgBouncerStatementMode(t *testing.T) {
 	// Control: what a hand-written transaction gets through the same
 	// PgBouncer, the bare 08P01 that lockgen classified as ErrConnLost
 	// before.
-	conn, err := pgx.Connect(t.Context(), url)
+	conn, err := pgx.Connect(testdb.Context(t), url)
 	require.NoError(t, err)
-	_, err = conn.Exec(t.Context(), "BEGIN")
+	_, err = conn.Exec(testdb.Context(t), "BEGIN")
 	sqlstate.Require(t, err, "08P01", "PgBouncer refuses the transaction")
 	require.True(t, conn.IsClosed(), "and closes the client connection")
 }
@@ -162,11 +162,11 @@ func TestPgBouncerTransactionModeRefusesFirst(t *testing.T) {
 	// so two clients on the one server connection prepare the same name.
 	var clash error
 	for range 2 {
-		conn, err := pgx.Connect(t.Context(), url)
+		conn, err := pgx.Connect(testdb.Context(t), url)
 		require.NoError(t, err)
 		defer conn.Close(context.Background())
 		var n int
-		clash = conn.QueryRow(t.Context(), "SELECT $1::int", 1).Scan(&n)
+		clash = conn.QueryRow(testdb.Context(t), "SELECT $1::int", 1).Scan(&n)
 	}
 	sqlstate.Require(t, clash, "42P05", fmt.Sprintf("the second client's prepared statement clashes: %v", clash))
 }

@@ -38,7 +38,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 
 	key := testdb.Key(t)
 	called := false
-	err := pgadvisory.RunSession(t.Context(), db, key, func(context.Context) error { called = true; return nil })
+	err := pgadvisory.RunSession(testdb.Context(t), db, key, func(context.Context) error { called = true; return nil })
 	require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
 	var pe *pgadvisory.Error
 	require.ErrorAs(t, err, &pe)
@@ -50,7 +50,7 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	// trying and waiting.
 	k2, k3 := testdb.Key(t), testdb.Key(t)
 	for _, wait := range []pgadvisory.Option{nil, pgadvisory.WithWait(time.Second)} {
-		err = pgadvisory.RunSession(t.Context(), db, key, func(context.Context) error { called = true; return nil },
+		err = pgadvisory.RunSession(testdb.Context(t), db, key, func(context.Context) error { called = true; return nil },
 			pgadvisory.WithLocks(k2, k3), wait)
 		require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
 		require.ErrorAs(t, err, &pe)
@@ -60,10 +60,10 @@ func TestPgBouncerSessionPidGuard(t *testing.T) {
 	}
 
 	// Control: the same lock taken by hand leaks.
-	conn, err := db.Conn(t.Context())
+	conn, err := db.Conn(testdb.Context(t))
 	require.NoError(t, err)
 	var got bool
-	require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_try_advisory_lock($1)", key).Scan(&got))
+	require.NoError(t, conn.QueryRowContext(testdb.Context(t), "SELECT pg_try_advisory_lock($1)", key).Scan(&got))
 	require.True(t, got)
 	require.NoError(t, conn.Close())
 	require.NoError(t, db.Close())
@@ -81,7 +81,7 @@ func TestPgBouncerSessionWatcherNoticesMove(t *testing.T) {
 	direct := testdb.DB(t)
 	db := pidHidingDB(t)
 	key := testdb.Key(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(testdb.Context(t), time.Minute)
 	defer cancel()
 	var cause error
 	err := pgadvisory.RunSession(ctx, db, key, func(fctx context.Context) error {
@@ -124,7 +124,7 @@ func TestPgBouncerSessionReleaseNoticesMove(t *testing.T) {
 	direct := testdb.DB(t)
 	db := pidHidingDB(t)
 	key := testdb.Key(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(testdb.Context(t), time.Minute)
 	defer cancel()
 	var other *sql.Tx
 	err := pgadvisory.RunSession(ctx, db, key, func(fctx context.Context) error {
@@ -196,7 +196,7 @@ func pidHidingDB(t *testing.T, opts ...pgcluster.Option) *sql.DB {
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { _ = db.Close() })
 	// Make PgBouncer open both server connections: two transactions at once.
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	var txs []*sql.Tx
 	for range 2 {
 		tx, err := db.BeginTx(ctx, nil)
@@ -215,12 +215,12 @@ func pidHidingDB(t *testing.T, opts ...pgcluster.Option) *sql.DB {
 // statement after the other, on one client connection of db.
 func serverPIDs(t *testing.T, db *sql.DB, n int) []int32 {
 	t.Helper()
-	conn, err := db.Conn(t.Context())
+	conn, err := db.Conn(testdb.Context(t))
 	require.NoError(t, err)
 	defer conn.Close()
 	pids := make([]int32, n)
 	for i := range pids {
-		require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_backend_pid()").Scan(&pids[i]))
+		require.NoError(t, conn.QueryRowContext(testdb.Context(t), "SELECT pg_backend_pid()").Scan(&pids[i]))
 	}
 	return pids
 }

@@ -28,7 +28,7 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 	for _, mode := range pgbouncerExecModes {
 		t.Run(mode, func(t *testing.T) {
 			e := newPgBouncerPools(t, mode)
-			ctx := t.Context()
+			ctx := testdb.Context(t)
 			table := pgx.Identifier{testdb.Schema(t), "pb_writes"}.Sanitize()
 			_, err := e.direct.ExecContext(ctx, "CREATE TABLE "+table+" (note text NOT NULL)")
 			require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 	for _, mode := range pgbouncerExecModes {
 		t.Run(mode, func(t *testing.T) {
 			e := newPgBouncerPools(t, mode)
-			ctx := t.Context()
+			ctx := testdb.Context(t)
 			key := testdb.Key(t)
 			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)} {
 				called := false
@@ -179,7 +179,7 @@ func newPgBouncerPools(t *testing.T, execMode string) *pgbouncerPools {
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	cfg.MaxConns = 4
-	e.pool, err = pgxpool.NewWithConfig(t.Context(), cfg)
+	e.pool, err = pgxpool.NewWithConfig(testdb.Context(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(e.pool.Close)
 
@@ -196,7 +196,7 @@ func newPgBouncerPools(t *testing.T, execMode string) *pgbouncerPools {
 // than the server's pg_backend_pid().
 func behindPooler(t *testing.T, db *sql.DB) bool {
 	t.Helper()
-	conn, err := db.Conn(t.Context())
+	conn, err := db.Conn(testdb.Context(t))
 	require.NoError(t, err)
 	defer conn.Close()
 	var announced uint32
@@ -205,17 +205,17 @@ func behindPooler(t *testing.T, db *sql.DB) bool {
 		return nil
 	}))
 	var pid uint32
-	require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT pg_backend_pid()").Scan(&pid))
+	require.NoError(t, conn.QueryRowContext(testdb.Context(t), "SELECT pg_backend_pid()").Scan(&pid))
 	return pid != announced
 }
 
 func behindPoolerPgx(t *testing.T, pool *pgxpool.Pool) bool {
 	t.Helper()
-	conn, err := pool.Acquire(t.Context())
+	conn, err := pool.Acquire(testdb.Context(t))
 	require.NoError(t, err)
 	defer conn.Release()
 	var pid uint32
-	require.NoError(t, conn.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid))
+	require.NoError(t, conn.QueryRow(testdb.Context(t), "SELECT pg_backend_pid()").Scan(&pid))
 	return pid != conn.Conn().PgConn().PID()
 }
 

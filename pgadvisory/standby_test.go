@@ -17,7 +17,7 @@ import (
 
 func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 	primary := throwawayCluster(t)
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	// lockgen's schema, for the fenced call (the standby copies it).
 	migrator, err := sql.Open("pgx", primary.URL())
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 // connectTo opens a pgx connection, closed when t ends.
 func connectTo(t *testing.T, url string) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), url)
+	conn, err := pgx.Connect(testdb.Context(t), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
@@ -103,11 +103,11 @@ func connectTo(t *testing.T, url string) *pgx.Conn {
 // lock would, and rolls back.
 func tryHandWrittenLock(t *testing.T, conn *pgx.Conn, key int64) bool {
 	t.Helper()
-	tx, err := conn.Begin(t.Context())
+	tx, err := conn.Begin(testdb.Context(t))
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	var got bool
-	require.NoError(t, tx.QueryRow(t.Context(), "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&got))
+	require.NoError(t, tx.QueryRow(testdb.Context(t), "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&got))
 	return got
 }
 
@@ -115,7 +115,7 @@ func tryHandWrittenLock(t *testing.T, conn *pgx.Conn, key int64) bool {
 func serverLocks(t *testing.T, conn *pgx.Conn, key int64) int {
 	t.Helper()
 	var n int
-	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_locks
+	require.NoError(t, conn.QueryRow(testdb.Context(t), `SELECT count(*) FROM pg_catalog.pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1
   AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
 	return n

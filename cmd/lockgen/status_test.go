@@ -127,7 +127,7 @@ func TestStatusCommandJSON(t *testing.T) {
 // view does not list, are listed too (shown, not only counted), after the others, as int4(KEY1,KEY2); in JSON with int4_keys and
 // a null lock_id. Control: before they are taken, no such row.
 func TestStatusCommandListsInt4Keys(t *testing.T) {
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	db := testdb.DB(t)
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
 	u := testdb.URL(t)
@@ -172,7 +172,7 @@ func TestStatusCommandListsInt4Keys(t *testing.T) {
 // pids, ages, waits, both key spaces), and a note says names need the
 // schema. register still needs it.
 func TestStatusCommandWithoutMigrations(t *testing.T) {
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	_, u := testdb.EmptyDatabase(t)
 	holder, waiter := openTestDB(t, u), openTestDB(t, u)
 	key := testdb.Key(t)
@@ -296,7 +296,7 @@ func TestRegisterErrorPrefix(t *testing.T) {
 // once the leader resigns the column is gone, and a database migrated
 // before 00007 (a view without the leader columns) is still read.
 func TestStatusCommandShowsLeadership(t *testing.T) {
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	db := testdb.DB(t)
 	require.NoError(t, pgadvisory.Migrate(ctx, db))
 	u := testdb.URL(t)

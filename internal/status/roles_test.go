@@ -24,7 +24,7 @@ import (
 // naming the GRANT; once granted, names. The application's own role, a
 // member of nothing, gets the same.
 func TestReadAsAMonitoringRole(t *testing.T) {
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	admin := testdb.DB(t)
 	s := lockscene.Start(t, admin)
 	for _, monitor := range []bool{true, false} {
@@ -78,7 +78,7 @@ func rowOf(locks []status.Lock, id int64, granted bool) *status.Lock {
 // held or awaited") while the primary held one; it now refuses with
 // ErrStandby. Control: the primary shows the lock.
 func TestReadRefusesAStandby(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(testdb.Context(t), time.Minute)
 	defer cancel()
 	primary := pgcluster.Start(t)
 	standby := primary.StartStandby(t)

@@ -323,7 +323,7 @@ func TestQueryWithoutMigrations(t *testing.T) {
 // the view (objsubid = 2) and counted by Int4KeyLocks instead. Control: the
 // bigint-key lock taken beside them is listed by Query and not counted.
 func TestInt4KeyLocksCounted(t *testing.T) {
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	db := migrated.DB(t)
 	before, err := status.Int4KeyLocks(ctx, db)
 	require.NoError(t, err)
@@ -360,7 +360,7 @@ func TestInt4KeyLocksCounted(t *testing.T) {
 // lock from pg_locks, bigint and two-int4 keys, unnamed (Named false); a
 // name prefix matches nothing. Control: Query alone fails there.
 func TestReadWithoutSchema(t *testing.T) {
-	ctx := t.Context()
+	ctx := testdb.Context(t)
 	_, u := testdb.EmptyDatabase(t)
 	db, err := sql.Open("pgx", u)
 	require.NoError(t, err)
