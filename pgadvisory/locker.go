@@ -45,6 +45,8 @@ type lockerState struct {
 
 	mu     sync.Mutex
 	shared *sessionPool // made when the first session lock needs it
+
+	lease leaseState // the leases of WithLease (lease.go)
 }
 
 // packageState is the state of the package-level functions' Locker.
@@ -244,7 +246,9 @@ func (l *Locker[TTx]) RunSession(ctx context.Context, lock Lock, fn func(context
 // poolers, standbys). It always waits for the lock; [WithWait] with a
 // timeout bounds the wait ([ErrLockTimeout]). It refuses [WithShared],
 // [WithLocks], [WithFencing] (the term already is the token) and
-// [WithReadOnly]. A failed publish (Op "elect") releases the lock before
+// [WithReadOnly]. With [WithLease] the leadership is a lease, a row with an
+// expiry on the database's clock, which works through any pooler and holds
+// no connection while fn runs (see WithLease). A failed publish (Op "elect") releases the lock before
 // fn runs. Observers see the call as [CallLead].
 func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.Context, term int64) error, opts ...Option) error {
 	c, err := l.call(lock, opts, famLead, fn == nil)
@@ -255,6 +259,9 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 		return err
 	}
 	pool, _, _ := l.d.handle()
+	if c.given&optLease != 0 {
+		return leadLease(ctx, c, l.s, pool, fn)
+	}
 	return runSession(ctx, c, l.s, pool, l.d.sessions(), c.leadership(fn))
 }
 
@@ -276,9 +283,12 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 // Campaign returns nil once ctx ends.
 func (l *Locker[TTx]) Campaign(ctx context.Context, lock Lock, fn func(ctx context.Context, term int64) error, opts ...Option) error {
 	return campaign(ctx, fn, func(ctx context.Context, fn func(context.Context, int64) error) error {
-		return l.Lead(ctx, lock, fn, opts...)
+		return l.Lead(ctx, lock, fn, append(opts[:len(opts):len(opts)], inCampaign)...)
 	})
 }
+
+// inCampaign marks a Lead called by Campaign.
+var inCampaign = optionFunc(func(c *config) { c.campaign = true })
 
 // CurrentLeader reports who leads lock now, or an error matching
 // [ErrNoLeader]. A leader whose backend is gone is never reported: the

@@ -54,6 +54,7 @@ const (
 	optCheckTimeout
 	optSessionPooler
 	optReadOnly
+	optLease
 	optCount = iota
 )
 
@@ -79,6 +80,7 @@ var optionRules = [optCount]optionRule{
 	{"WithCheckTimeout", famSessions, "only a session lock is checked while fn runs"},
 	{"WithSessionPooler", famSessions, "a transaction lock works through a pooler in session or transaction mode"},
 	{"WithReadOnly", famTx, "a session lock runs no transaction of its own"},
+	{"WithLease", famLead, "only Lead takes a lease so far (WithLease with RunSession is not supported yet)"},
 }
 
 // leadWhy says why an option does not apply to Lead where the rule's own

@@ -69,10 +69,13 @@ type config struct {
 	sessionPooler bool
 	runOnce       bool // a run-once call
 	lead          bool // a leadership (Lead, Campaign)
+	campaign      bool // Lead called by Campaign
 
 	// session locks: the bound of one check and of the release
 	// (WithCheckTimeout)
 	checkTimeout time.Duration
+	// lease: a leadership held as a lease (WithLease), with this ttl
+	lease time.Duration
 
 	// session locks: runs on the lock's connection once the lock is
 	// granted, before fn (Lead publishes its term there); an error, already

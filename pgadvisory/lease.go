@@ -1,0 +1,366 @@
+package pgadvisory
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WithLease makes a leadership of [Locker.Lead] a lease: a row of
+// pgadvisory.lease (migrations/00009_lease.sql) with an expiry on the
+// database's clock, instead of a session-level advisory lock. It needs no
+// session of its own, so it works through any pooler (PgBouncer in
+// transaction mode, Supavisor, RDS Proxy), and holds no connection while
+// fn runs: taking, renewing and releasing it are single statements, each
+// its own short transaction on a connection borrowed from the pool.
+//
+// Taking the lease draws a term from lockgen's token sequence and publishes
+// it as the lock's fencing token exactly as an election does
+// (pgadvisory.leader_elect: a durable commit, writers of the previous term
+// still in flight ordered before it, waiting at most 5s for them), so a
+// table fenced by the lock rejects the writes of every older term, of a
+// lease or of a session-lock leader, with [ErrStaleToken]. Terms of one
+// lock strictly increase.
+//
+// The lease is renewed every ttl/3 while fn runs. The renewals of all the
+// leases of one [Locker] with the same ttl are one statement
+// (pgadvisory.lease_renew), whatever their number. No wall clocks are
+// compared across machines: the database sets the expiry (its
+// clock_timestamp() plus ttl), and the holder's own deadline is ttl after
+// it sent its last successful acquisition or renewal, on its monotonic
+// clock. fn's context is canceled, with a cause wrapping [ErrLockLost],
+// ttl/10 before that deadline passes without a successful renewal, and as
+// soon as a renewal finds the lease gone, expired or its term superseded
+// (a newer term published for the lock). A lease that expired is never
+// renewed, even when nobody took it. fn must then stop acting as the
+// leader; its fenced writes fail once another leader took over.
+//
+// When fn returns, the lease is released at once (pgadvisory.lease_release),
+// so the next candidate takes it without waiting for the expiry; a release
+// that fails leaves the lease to expire. Lead returns fn's error, or an
+// error of kind ErrLockLost (Op "watch") if the lease was lost first.
+//
+// Lead with WithLease tries once: while the lease is held (or a session
+// holds the lock) it returns an error matching [ErrLocked] without calling
+// fn. Not supported yet, and refused with [ErrInvalidArgument]: waiting
+// for a lease ([WithWait]), [Locker.Campaign], [Locker.RunSession], and
+// the options of session locks ([WithCheckInterval], [WithCheckTimeout],
+// [WithSessionPooler]). [Locker.CurrentLeader] does not report lease
+// leaders yet. ttl must be positive; it is sent with microsecond
+// precision.
+func WithLease(ttl time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.mark(optLease)
+		if ttl <= 0 {
+			c.setErr(ErrInvalidArgument, fmt.Errorf("WithLease: ttl must be positive, got %v", ttl))
+			return
+		}
+		c.lease = ttl
+	})
+}
+
+// The statements of a lease, each its own transaction. Arrays and the
+// secret travel as text, so that any database/sql driver can send them.
+const (
+	leaseAcquireSQL = `SELECT pgadvisory.lease_acquire($1::bigint, $2::text, $3::text::uuid, $4::text::interval, $5::text)`
+	leaseRenewSQL   = `SELECT pgadvisory.lease_renew($1::text::bigint[], $2::text::uuid, $3::text::interval)::text`
+	leaseReleaseSQL = `SELECT pgadvisory.lease_release($1::bigint, $2::text::uuid)`
+)
+
+// leaseReleaseTimeout bounds the release when fn returns.
+const leaseReleaseTimeout = 5 * time.Second
+
+// checkLease refuses what a lease does not support yet.
+func (c *config) checkLease() error {
+	if c.campaign {
+		return errors.New("WithLease does not apply to Campaign yet: lease leaderships are taken with Lead, which tries once")
+	}
+	for _, k := range []optionSet{optWait, optCheckInterval, optCheckTimeout, optSessionPooler} {
+		if c.given&k != 0 {
+			why := "a lease is renewed every ttl/3 on connections borrowed from the pool, not checked on a session"
+			if k == optWait {
+				why = "waiting for a lease is not supported yet: Lead with WithLease tries once and returns ErrLocked while the lease is held"
+			}
+			return fmt.Errorf("%s with %s: %s", c.optionName(k), c.optionName(optLease), why)
+		}
+	}
+	return nil
+}
+
+// leaseState is what a Locker keeps of its leases: its owner secret (one
+// per Locker: it renews and releases only this Locker's leases) and the
+// leases it holds, renewed together by one goroutine while there are any.
+type leaseState struct {
+	mu      sync.Mutex
+	secret  string
+	holds   map[int64]*leaseHold
+	pool    any // *sql.DB or *pgxpool.Pool
+	running bool
+	kick    chan struct{}
+}
+
+// leaseHold is one held lease.
+type leaseHold struct {
+	c        *config
+	id       int64
+	ttl      time.Duration
+	deadline time.Time // ttl after the last successful acquisition or renewal was sent (monotonic)
+	next     time.Time // when to renew next
+	timer    *time.Timer
+	cancel   context.CancelCauseFunc
+	lost     error
+}
+
+// margin is how long before its deadline a lease counts as lost.
+func (h *leaseHold) margin() time.Duration { return h.ttl / 10 }
+
+// ownerSecret is s's owner secret in uuid's text form, made once.
+func (s *leaseState) ownerSecret() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secret == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("pgadvisory: WithLease: owner secret: %w", err)
+		}
+		h := hex.EncodeToString(b[:])
+		s.secret = h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	}
+	return s.secret, nil
+}
+
+// leaseQuery runs one statement on pool and scans its one row.
+func leaseQuery(ctx context.Context, pool any, query string, args []any, dest ...any) error {
+	switch p := pool.(type) {
+	case *sql.DB:
+		return p.QueryRowContext(ctx, query, args...).Scan(dest...)
+	case *pgxpool.Pool:
+		return p.QueryRow(ctx, query, args...).Scan(dest...)
+	}
+	return fmt.Errorf("pgadvisory: internal error: lease on a pool of type %T", pool)
+}
+
+// intervalText is d as PostgreSQL interval text.
+func intervalText(d time.Duration) string {
+	return strconv.FormatInt(d.Microseconds(), 10) + " microseconds"
+}
+
+// leadLease is Lead with WithLease.
+func leadLease(ctx context.Context, c *config, s *lockerState, pool any, fn func(context.Context, int64) error) error {
+	if err := c.checkLease(); err != nil {
+		return c.invalid("options", err)
+	}
+	return c.observed(ctx, CallLead, "", 0, func(ctx context.Context) error {
+		return runLease(ctx, c, &s.lease, pool, fn)
+	})
+}
+
+// runLease takes the lease, runs fn while renewing it, and releases it.
+func runLease(ctx context.Context, c *config, st *leaseState, pool any, fn func(context.Context, int64) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return c.failure(ctx, "begin", err)
+	}
+	secret, err := st.ownerSecret()
+	if err != nil {
+		return c.failure(ctx, "begin", err)
+	}
+	id := c.ids[0]
+	start := time.Now()
+	var term sql.NullInt64
+	args := []any{id, c.holder, secret, intervalText(c.lease), lockTimeoutSetting(defaultPublishTimeout)}
+	if err := leaseQuery(ctx, pool, leaseAcquireSQL, args, &term); err != nil {
+		return c.failure(ctx, "elect", err)
+	}
+	if !term.Valid {
+		err := c.locked()
+		c.emit(Event{Kind: EventContended, Err: err})
+		return err
+	}
+	acquired := time.Now()
+	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+
+	workCtx, cancel := context.WithCancelCause(ctx)
+	h := &leaseHold{c: c, id: id, ttl: c.lease, deadline: start.Add(c.lease), next: start.Add(c.lease / 3), cancel: cancel}
+	st.add(h, pool)
+	defer func() {
+		lost := st.remove(h)
+		cancel(nil)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), leaseReleaseTimeout)
+		var released bool
+		if rerr := leaseQuery(rctx, pool, leaseReleaseSQL, []any{id, secret}, &released); rerr != nil {
+			// The lease expires by itself; fn did not run without it.
+			c.emit(Event{Kind: EventError, Err: &Error{Op: OpRelease, LockIDs: c.ids, Name: c.name, SQLState: SQLState(rerr), Kind: classify(rerr), Err: rerr}})
+		}
+		rcancel()
+		if r := recover(); r != nil {
+			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
+			panic(r)
+		}
+		switch {
+		case lost != nil:
+			err = &Error{Op: OpWatch, LockIDs: c.ids, Name: c.name, Kind: ErrLockLost, Err: joinErr(lost, err)}
+		case err != nil || ctx.Err() != nil:
+			err = c.fnFailure(ctx, err)
+		}
+		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
+	}()
+	return fn(workCtx, term.Int64)
+}
+
+// add starts holding h: its deadline timer, and the renewer if it is not
+// running.
+func (s *leaseState) add(h *leaseHold, pool any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holds == nil {
+		s.holds = map[int64]*leaseHold{}
+		s.kick = make(chan struct{}, 1)
+	}
+	s.holds[h.id] = h
+	s.pool = pool
+	h.timer = time.AfterFunc(time.Until(h.deadline)-h.margin(), func() { s.expire(h) })
+	if !s.running {
+		s.running = true
+		go s.renewer()
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// remove stops holding h and returns why it was lost (nil: it was not).
+func (s *leaseState) remove(h *leaseHold) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holds[h.id] == h {
+		delete(s.holds, h.id)
+	}
+	h.timer.Stop()
+	return h.lost
+}
+
+// expire is h's deadline timer: h is lost unless a renewal moved its
+// deadline meanwhile.
+func (s *leaseState) expire(h *leaseHold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holds[h.id] != h || h.lost != nil {
+		return
+	}
+	if left := time.Until(h.deadline) - h.margin(); left > 0 {
+		h.timer.Reset(left)
+		return
+	}
+	s.lose(h, fmt.Errorf("pgadvisory: the lease was not renewed within its ttl (%v) of the last successful renewal sent", h.ttl))
+}
+
+// lose marks h lost and cancels its fn's context; s.mu is held.
+func (s *leaseState) lose(h *leaseHold, why error) {
+	h.lost = why
+	h.timer.Stop()
+	h.cancel(&Error{Op: OpWatch, LockIDs: h.c.ids, Name: h.c.name, Kind: ErrLockLost, Err: why})
+}
+
+// renewer renews the leases of s while there are any: when the first one
+// is due, all of them, one statement per ttl.
+func (s *leaseState) renewer() {
+	for {
+		s.mu.Lock()
+		if len(s.holds) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		var due time.Time
+		for _, h := range s.holds {
+			if h.lost == nil && (due.IsZero() || h.next.Before(due)) {
+				due = h.next
+			}
+		}
+		s.mu.Unlock()
+		if due.IsZero() { // every lease lost: wait for their calls to end
+			due = time.Now().Add(10 * time.Millisecond)
+		}
+		t := time.NewTimer(time.Until(due))
+		select {
+		case <-t.C:
+			s.renew()
+		case <-s.kick:
+			t.Stop()
+		}
+	}
+}
+
+// renew sends one renewal per ttl for the leases held now.
+func (s *leaseState) renew() {
+	s.mu.Lock()
+	groups := map[time.Duration][]*leaseHold{}
+	for _, h := range s.holds {
+		if h.lost == nil {
+			groups[h.ttl] = append(groups[h.ttl], h)
+		}
+	}
+	pool, secret := s.pool, s.secret
+	s.mu.Unlock()
+	for ttl, hs := range groups {
+		s.renewGroup(pool, secret, ttl, hs)
+	}
+}
+
+// renewGroup renews hs, leases of one ttl, in one statement.
+func (s *leaseState) renewGroup(pool any, secret string, ttl time.Duration, hs []*leaseHold) {
+	ids := make([]string, len(hs))
+	var first time.Time
+	for i, h := range hs {
+		ids[i] = strconv.FormatInt(h.id, 10)
+		if d := h.deadline.Add(-h.margin()); first.IsZero() || d.Before(first) {
+			first = d
+		}
+	}
+	if time.Until(first) <= 0 {
+		return // their timers end them
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), first)
+	defer cancel()
+	sent := time.Now()
+	var held string
+	err := leaseQuery(ctx, pool, leaseRenewSQL, []any{"{" + strings.Join(ids, ",") + "}", secret, intervalText(ttl)}, &held)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		// Retry soon; the deadline timers end the leases if no retry
+		// succeeds in time.
+		for _, h := range hs {
+			h.next = time.Now().Add(ttl / 10)
+		}
+		return
+	}
+	still := map[int64]bool{}
+	for _, f := range strings.Split(strings.Trim(held, "{}"), ",") {
+		if id, perr := strconv.ParseInt(f, 10, 64); perr == nil {
+			still[id] = true
+		}
+	}
+	for _, h := range hs {
+		if s.holds[h.id] != h || h.lost != nil {
+			continue
+		}
+		if !still[h.id] {
+			s.lose(h, errors.New("pgadvisory: the lease's renewal found it gone, expired or its term superseded"))
+			continue
+		}
+		h.deadline = sent.Add(ttl)
+		h.next = sent.Add(ttl / 3)
+		h.timer.Reset(time.Until(h.deadline) - h.margin())
+	}
+}
