@@ -59,6 +59,7 @@ var errorTypes = []struct {
 	{pgadvisory.ErrStaleToken, "stale_token"},
 	{pgadvisory.ErrMissingToken, "missing_token"},
 	{pgadvisory.ErrTruncateRefused, "truncate_refused"},
+	{pgadvisory.ErrNullParameter, "null_parameter"},
 	{pgadvisory.ErrDeadlock, "deadlock"},
 	{pgadvisory.ErrLockTableFull, "lock_table_full"},
 	{pgadvisory.ErrStandby, "standby"},

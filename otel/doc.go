@@ -2,13 +2,13 @@
 // and traces. It is a module of its own (github.com/lockgen/lockgen/otel),
 // so that services which do not use OpenTelemetry never inherit it.
 //
-// Set the observer once, at start-up, for the whole process or for one
-// generated lock set:
+// Set the observer once, at start-up, for a Locker or for one generated
+// lock set:
 //
 //	obs, err := lockgenotel.New() // the global MeterProvider and TracerProvider
 //	if err != nil { … }
-//	pgadvisory.SetObserver(obs)                    // every call of the process
-//	pgadvisory.SetObserverFor(locks.Declared, obs) // or: the locks of one locks.yaml
+//	locker, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithLockerObserver(obs)) // every call of the Locker
+//	pgadvisory.SetObserverFor(locks.Declared, obs)                                         // or: the locks of one locks.yaml
 //
 // or for one call or lock with pgadvisory.WithCallObserver(obs).
 //

@@ -42,6 +42,7 @@ var sentinels = map[string]struct {
 	"ErrStaleToken":        {pgadvisory.ErrStaleToken, "stale_token"},
 	"ErrMissingToken":      {pgadvisory.ErrMissingToken, "missing_token"},
 	"ErrTruncateRefused":   {pgadvisory.ErrTruncateRefused, "truncate_refused"},
+	"ErrNullParameter":     {pgadvisory.ErrNullParameter, "null_parameter"},
 	"ErrAlreadyDone":       {pgadvisory.ErrAlreadyDone, "already_done"},
 	"ErrNotMigrated":       {pgadvisory.ErrNotMigrated, "not_migrated"},
 	"ErrNoLeader":          {pgadvisory.ErrNoLeader, "no_leader"},

@@ -64,8 +64,8 @@ func pauseAndFence(ctx context.Context, a, b replica, s *store) (fenceResult, er
 	late := make(chan error, 1)
 	go func() {
 		defer close(doneA)
-		res.errA = BillingCloseDay.RunExclusive(ctx, a.db, func(tx *sql.Tx) error {
-			token, ok := pgadvisory.FencingToken(tx)
+		res.errA = a.locker.RunExclusive(ctx, BillingCloseDay, func(tx *sql.Tx) error {
+			token, ok := a.locker.FencingToken(tx)
 			if !ok {
 				return errors.New("dailyreport: no fencing token")
 			}
@@ -78,7 +78,7 @@ func pauseAndFence(ctx context.Context, a, b replica, s *store) (fenceResult, er
 			wake := make(chan struct{})
 			go func() {
 				<-wake
-				late <- pgadvisory.RunFenced(ctx, a.db, token, func(wtx *sql.Tx) error {
+				late <- a.locker.RunFenced(ctx, token, func(wtx *sql.Tx) error {
 					_, err := s.addCharges(ctx, wtx)
 					return err
 				})
@@ -108,9 +108,9 @@ func pauseAndFence(ctx context.Context, a, b replica, s *store) (fenceResult, er
 
 	// B waits for the lock; only the server ending A's session can free it.
 	start := time.Now()
-	res.errB = BillingCloseDay.RunExclusive(ctx, b.db, func(tx *sql.Tx) error {
+	res.errB = b.locker.RunExclusive(ctx, BillingCloseDay, func(tx *sql.Tx) error {
 		res.waitB = time.Since(start)
-		res.tokenB, _ = pgadvisory.FencingToken(tx)
+		res.tokenB, _ = b.locker.FencingToken(tx)
 		var err error
 		res.balanceB, err = s.addCharges(ctx, tx)
 		return err

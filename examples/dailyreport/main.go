@@ -88,7 +88,12 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 		if err := db.PingContext(ctx); err != nil {
 			return fmt.Errorf("dailyreport: %s: %w", name, err)
 		}
-		replicas = append(replicas, replica{name: name, db: db})
+		locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+		if err != nil {
+			return err
+		}
+		defer locker.Close()
+		replicas = append(replicas, replica{name: name, db: db, locker: locker})
 	}
 
 	fmt.Fprintf(out, "business day %s (%s), tables in schema %s\n", day, zone, s.schema)
@@ -115,11 +120,13 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 	return nil
 }
 
-// replica is one instance of the service: its own pool, its own
-// application_name (visible in pg_stat_activity and lockgen status).
+// replica is one instance of the service: its own pool and the pool's
+// Locker, its own application_name (visible in pg_stat_activity and
+// lockgen status).
 type replica struct {
-	name string
-	db   *sql.DB
+	name   string
+	db     *sql.DB
+	locker *pgadvisory.Locker[*sql.Tx]
 }
 
 // open returns a pgx stdlib pool on url that announces itself as app and

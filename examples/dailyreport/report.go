@@ -32,7 +32,7 @@ type outcome struct {
 
 // fireReport is the cron job of one replica: send the day's report once.
 func fireReport(ctx context.Context, r replica, s *store, build time.Duration) error {
-	return ReportsDailyEmail.RunOnce(ctx, r.db, s.day, func(tx *sql.Tx) error {
+	return r.locker.RunOnce(ctx, ReportsDailyEmail, s.day, func(tx *sql.Tx) error {
 		if err := s.sendReport(ctx, tx, r.name); err != nil {
 			return err
 		}

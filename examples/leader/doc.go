@@ -10,9 +10,9 @@
 // (dropped at the end) and plays the story:
 //
 //  1. three replicas (three pools, each with its own application_name)
-//     campaign with pgadvisory.Campaign; one is elected with a term, which
+//     campaign with Locker.Campaign; one is elected with a term, which
 //     lockgen published as the lock's fencing token, and relays with it;
-//     pgadvisory.CurrentLeader names it;
+//     Locker.CurrentLeader names it;
 //  2. the leader's server backend is killed (pg_terminate_backend), as a
 //     crashed server process, a failover or an operator would: the
 //     leader's watcher notices within its check interval and cancels the

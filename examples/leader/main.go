@@ -58,6 +58,11 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 	if err := pgadvisory.Migrate(ctx, admin); err != nil {
 		return fmt.Errorf("leader: %w", err)
 	}
+	adminLocker, err := pgadvisory.New(pgadvisory.Stdlib(admin))
+	if err != nil {
+		return err
+	}
+	defer adminLocker.Close()
 	table, drop, err := createTable(ctx, admin)
 	if err != nil {
 		return err
@@ -79,9 +84,16 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 			return err
 		}
 		defer db.Close()
+		// Each replica's Locker names it as the leader (WithDefaultHolder).
+		locker, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithDefaultHolder(name))
+		if err != nil {
+			stopCampaigns()
+			return err
+		}
+		defer locker.Close()
 		done := make(chan error, 1)
 		campaigns = append(campaigns, done)
-		go func() { done <- campaign(cctx, db, name, table, events, newLeader) }()
+		go func() { done <- campaign(cctx, locker, name, table, events, newLeader) }()
 	}
 	defer func() {
 		stopCampaigns()
@@ -107,7 +119,7 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 	}
 	res.first = first
 	fmt.Fprintf(out, "%s: elected, term %d\n", first.replica, first.term)
-	leader, err := OutboxRelay.CurrentLeader(ctx, admin)
+	leader, err := adminLocker.CurrentLeader(ctx, OutboxRelay)
 	if err != nil {
 		return fmt.Errorf("leader: CurrentLeader: %w", err)
 	}
@@ -158,9 +170,9 @@ func run(ctx context.Context, url string, out io.Writer) (err error) {
 // writes with its term, and when its leadership is lost it plays the
 // worker that writes once more before it looks at the context: after the
 // next leader is elected, with the old term.
-func campaign(ctx context.Context, db *sql.DB, name, table string, events chan<- event, newLeader <-chan struct{}) error {
-	return OutboxRelay.Campaign(ctx, db, func(lctx context.Context, term int64) error {
-		if err := relay(lctx, db, table, term); err != nil {
+func campaign(ctx context.Context, locker *pgadvisory.Locker[*sql.Tx], name, table string, events chan<- event, newLeader <-chan struct{}) error {
+	return locker.Campaign(ctx, OutboxRelay, func(lctx context.Context, term int64) error {
+		if err := relay(lctx, locker, table, term); err != nil {
 			return err
 		}
 		events <- event{replica: name, term: term}
@@ -175,16 +187,16 @@ func campaign(ctx context.Context, db *sql.DB, name, table string, events chan<-
 		case <-ctx.Done():
 			return nil
 		}
-		late := relay(ctx, db, table, term)
+		late := relay(ctx, locker, table, term)
 		events <- event{replica: name, late: late, lateSet: true}
 		return cause
-	}, pgadvisory.WithHolder(name), pgadvisory.WithCheckInterval(checkInterval))
+	}, pgadvisory.WithCheckInterval(checkInterval))
 }
 
 // relay is the leader's work: it advances the relay's position, a write
 // to the fenced table that carries the term.
-func relay(ctx context.Context, db *sql.DB, table string, term int64) error {
-	return pgadvisory.RunFenced(ctx, db, term, func(tx *sql.Tx) error {
+func relay(ctx context.Context, locker *pgadvisory.Locker[*sql.Tx], table string, term int64) error {
+	return locker.RunFenced(ctx, term, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE `+table+` SET position = position + 1 WHERE id = 1`)
 		return err
 	})

@@ -1,6 +1,7 @@
 // Command repository runs sqlc-generated repositories under an advisory
-// lock with pgadvisory.RunExclusiveRepo (database/sql) and
-// pgadvisory.RunExclusiveRepoPgx (pgx/v5):
+// lock: in Locker.RunExclusive's fn, the repository is built on the lock
+// transaction (sqlc's New(tx), or WithTx(tx) on an existing one), for
+// database/sql and pgx/v5:
 //
 //	go run ./examples/repository
 //
@@ -67,6 +68,17 @@ func run() error {
 	defer cleanup()
 
 	day := time.Date(2026, time.March, 2, 0, 0, 0, 0, time.UTC)
+	sqlLocker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		return err
+	}
+	defer sqlLocker.Close()
+	pgxLocker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	if err != nil {
+		return err
+	}
+	defer pgxLocker.Close()
+	lock := pgadvisory.ID(dailyReport)
 
 	// 1. database/sql, New(DBTX) shape: three replicas race.
 	var wg sync.WaitGroup
@@ -74,7 +86,8 @@ func run() error {
 	for i := range results {
 		wg.Go(func() {
 			replica := fmt.Sprintf("replica-%d", i+1)
-			err := pgadvisory.RunExclusiveRepo(ctx, db, dailyReport, reportsql.New, func(q *reportsql.Queries) error {
+			err := sqlLocker.RunExclusive(ctx, lock, func(tx *sql.Tx) error {
+				q := reportsql.New(tx)
 				if err := q.EnsureReport(ctx, day); err != nil {
 					return err
 				}
@@ -107,8 +120,8 @@ func run() error {
 	// 2. database/sql, WithTx shape: an existing *Queries rebound to the
 	// lock transaction.
 	queries := reportsql.New(db)
-	err = pgadvisory.RunExclusiveRepo(ctx, db, dailyReport, queries.WithTx, func(q *reportsql.Queries) error {
-		r, err := q.GetReport(ctx, day)
+	err = sqlLocker.RunExclusive(ctx, lock, func(tx *sql.Tx) error {
+		r, err := queries.WithTx(tx).GetReport(ctx, day)
 		if err != nil {
 			return err
 		}
@@ -119,9 +132,10 @@ func run() error {
 		return err
 	}
 
-	// 3. pgx/v5: the same queries generated for pgx, under RunExclusiveRepoPgx.
+	// 3. pgx/v5: the same queries generated for pgx, on a pgx Locker.
 	pgDay := pgtype.Date{Time: day.AddDate(0, 0, 1), Valid: true}
-	err = pgadvisory.RunExclusiveRepoPgx(ctx, pool, dailyReport, reportpgx.New, func(q *reportpgx.Queries) error {
+	err = pgxLocker.RunExclusive(ctx, lock, func(tx pgx.Tx) error {
+		q := reportpgx.New(tx)
 		held, err := q.HoldsAdvisoryLock(ctx, dailyReport)
 		if err != nil {
 			return err

@@ -12,7 +12,7 @@ WHERE day = sqlc.arg(day) AND sent_at IS NULL;
 
 -- name: HoldsAdvisoryLock :one
 -- HoldsAdvisoryLock reports whether the backend running the query holds the
--- bigint advisory lock lock_id. Inside pgadvisory.RunExclusiveRepo it is true:
+-- bigint advisory lock lock_id. Inside Locker.RunExclusive it is true:
 -- the repository runs on the lock's own transaction.
 SELECT EXISTS (
     SELECT 1 FROM pg_catalog.pg_locks

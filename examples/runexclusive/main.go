@@ -41,6 +41,13 @@ func main() {
 	if err := db.PingContext(ctx); err != nil {
 		log.Fatalf("runexclusive: cannot reach PostgreSQL at %s: %v", url, err)
 	}
+	// One Locker per pool; the replicas share this one here, as separate
+	// processes would each have their own.
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
 
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -50,7 +57,7 @@ func main() {
 		go func() {
 			defer wg.Done()
 			<-start
-			err := dailyReport.RunExclusive(ctx, db, func(tx *sql.Tx) error {
+			err := locker.RunExclusive(ctx, dailyReport, func(tx *sql.Tx) error {
 				// The critical section: build and send the report. Held long
 				// enough that the other replicas arrive while it runs.
 				time.Sleep(300 * time.Millisecond)

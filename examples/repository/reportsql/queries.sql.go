@@ -42,7 +42,7 @@ SELECT EXISTS (
 `
 
 // HoldsAdvisoryLock reports whether the backend running the query holds the
-// bigint advisory lock lock_id. Inside pgadvisory.RunExclusiveRepo it is true:
+// bigint advisory lock lock_id. Inside Locker.RunExclusive it is true:
 // the repository runs on the lock's own transaction.
 func (q *Queries) HoldsAdvisoryLock(ctx context.Context, lockID int64) (bool, error) {
 	row := q.db.QueryRowContext(ctx, holdsAdvisoryLock, lockID)

@@ -15,10 +15,11 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// stage is what the acts share: the pool the replicas use, the tracer of
-// their own spans, and this run's run-once window.
+// stage is what the acts share: the pool the replicas use and its Locker,
+// the tracer of their own spans, and this run's run-once window.
 type stage struct {
 	pool   *pgxpool.Pool
+	locker *pgadvisory.Locker[pgx.Tx]
 	tracer trace.Tracer
 	window string
 }
@@ -48,7 +49,7 @@ func (s *stage) dailyReport(ctx context.Context) actResult {
 			<-start
 			rctx, span := s.tracer.Start(ctx, name+": daily report")
 			defer span.End()
-			errs[i] = ReportsDailyEmail.RunOncePgx(rctx, s.pool, s.window, func(pgx.Tx) error {
+			errs[i] = s.locker.RunOnce(rctx, ReportsDailyEmail, s.window, func(pgx.Tx) error {
 				time.Sleep(buildTime)
 				return nil
 			}, pgadvisory.WithHolder(name))
@@ -92,7 +93,7 @@ func (s *stage) cleanupTimeout(ctx context.Context) actResult {
 	go func() {
 		actx, span := s.tracer.Start(ctx, "replica-a: nightly cleanup")
 		defer span.End()
-		done <- MaintenanceNightlyCleanup.RunExclusivePgx(actx, s.pool, func(pgx.Tx) error {
+		done <- s.locker.RunExclusive(actx, MaintenanceNightlyCleanup, func(pgx.Tx) error {
 			close(held)
 			time.Sleep(cleanupHold)
 			return nil
@@ -104,7 +105,7 @@ func (s *stage) cleanupTimeout(ctx context.Context) actResult {
 		return actResult{"act 2: replica-a could not run the cleanup", fmt.Errorf("telemetry: act 2: %w", err)}
 	}
 	bctx, span := s.tracer.Start(ctx, "replica-b: nightly cleanup")
-	errB := MaintenanceNightlyCleanup.RunExclusivePgx(bctx, s.pool, func(pgx.Tx) error { return nil })
+	errB := s.locker.RunExclusive(bctx, MaintenanceNightlyCleanup, func(pgx.Tx) error { return nil })
 	span.End()
 	errA := <-done
 
@@ -125,7 +126,7 @@ func (s *stage) relayLost(ctx context.Context) actResult {
 	rctx, span := s.tracer.Start(ctx, "replica-a: outbox relay")
 	defer span.End()
 	var killed bool
-	err := OutboxRelay.RunSessionPgx(rctx, s.pool, func(ctx context.Context) error {
+	err := s.locker.RunSession(rctx, OutboxRelay, func(ctx context.Context) error {
 		// Work under the lock: its spans nest under the lock's span.
 		_, batch := s.tracer.Start(ctx, "relay batch")
 		defer batch.End()
@@ -150,7 +151,7 @@ func (s *stage) shuttingDown(ctx context.Context) actResult {
 	cctx, cancel := context.WithCancel(ctx)
 	cctx, span := s.tracer.Start(cctx, "replica-c: outbox relay at shutdown")
 	cancel()
-	err := OutboxRelay.RunSessionPgx(cctx, s.pool, func(context.Context) error { return nil })
+	err := s.locker.RunSession(cctx, OutboxRelay, func(context.Context) error { return nil })
 	span.End()
 	line := "act 4: replica-c shutting down: "
 	if errors.Is(err, context.Canceled) {

@@ -5,8 +5,9 @@
 //
 // It connects to LOCKGEN_DATABASE_URL (default
 // postgres://localhost:5432/test), applies lockgen's schema, sets the
-// observer once for the locks declared in locks.yaml
-// (pgadvisory.SetObserverFor(Declared, …)) and plays four acts, each
+// observer once, on the pool's Locker
+// (pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithLockerObserver(…)))
+// and plays four acts, each
 // inside a span of the caller:
 //
 //  1. three replicas fire the daily report at once (RunOnce): one sends

@@ -76,11 +76,14 @@ func run(ctx context.Context, url string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Once, at start-up: every call on the locks of locks.yaml is observed.
-	pgadvisory.SetObserverFor(Declared, obs)
-	defer pgadvisory.SetObserverFor(Declared, nil)
+	// Once, at start-up: every call of the pool's Locker is observed.
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithLockerObserver(obs))
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
 
-	s := &stage{pool: pool, tracer: tel.tp.Tracer("example/telemetry"), window: "telemetry-" + randomSuffix()}
+	s := &stage{pool: pool, locker: locker, tracer: tel.tp.Tracer("example/telemetry"), window: "telemetry-" + randomSuffix()}
 	defer s.clearLedger(context.WithoutCancel(ctx))
 	results := []actResult{
 		s.dailyReport(ctx),
