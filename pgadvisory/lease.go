@@ -96,6 +96,14 @@ func (c *config) checkLease() error {
 	return nil
 }
 
+// poolerHint adds to a pooler refusal of Lead that a lease works there.
+func (c *config) poolerHint(detail error) error {
+	if !c.lead {
+		return detail
+	}
+	return fmt.Errorf("%w; behind a transaction pooler, lead with WithLease", detail)
+}
+
 // leaseState is what a Locker keeps of its leases: its owner secret (one
 // per Locker: it renews and releases only this Locker's leases) and the
 // leases it holds, renewed together by one goroutine while there are any.
@@ -246,6 +254,10 @@ func (s *leaseState) remove(h *leaseHold) error {
 		delete(s.holds, h.id)
 	}
 	h.timer.Stop()
+	select { // the renewer recounts what it renews, and ends when nothing is left
+	case s.kick <- struct{}{}:
+	default:
+	}
 	return h.lost
 }
 
@@ -289,7 +301,8 @@ func (s *leaseState) renewer() {
 		}
 		s.mu.Unlock()
 		if due.IsZero() { // every lease lost: wait for their calls to end
-			due = time.Now().Add(10 * time.Millisecond)
+			<-s.kick
+			continue
 		}
 		t := time.NewTimer(time.Until(due))
 		select {

@@ -74,7 +74,9 @@ func TestLeaseLeadThroughPgBouncer(t *testing.T) {
 	}
 
 	// Control: without WithLease, Lead is refused here.
-	require.ErrorIs(t, a.Lead(ctx, lock, func(context.Context, int64) error { return nil }), pgadvisory.ErrTransactionPooler)
+	err = a.Lead(ctx, lock, func(context.Context, int64) error { return nil })
+	require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
+	require.ErrorContains(t, err, "lead with WithLease", "the refusal says what works")
 
 	const ttl = 400 * time.Millisecond
 	var last int64

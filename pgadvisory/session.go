@@ -189,7 +189,7 @@ func (c *config) checkPooler(ctx context.Context, conn sessionConn, pid int32, a
 		return c.refusal(ctx, "begin", kind, detail)
 	case !c.sessionPooler:
 		conn.release()
-		return c.refusal(ctx, "begin", kind, detail)
+		return c.refusal(ctx, "begin", kind, c.poolerHint(detail))
 	}
 	return nil
 }

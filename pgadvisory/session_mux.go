@@ -365,7 +365,7 @@ func (sc *sharedConn) openConn(octx context.Context) {
 // standby and an undeclared pooler are refused.
 func (sc *sharedConn) admit(ctx context.Context, c *config) error {
 	if sc.pooled != nil && !c.sessionPooler {
-		return c.refusal(ctx, "begin", ErrTransactionPooler, sc.pooled)
+		return c.refusal(ctx, "begin", ErrTransactionPooler, c.poolerHint(sc.pooled))
 	}
 	if sc.standby {
 		return c.refusal(ctx, "begin", ErrStandby, nil)

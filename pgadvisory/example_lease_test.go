@@ -1,0 +1,45 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// A leadership that works through any pooler (PgBouncer in transaction
+// mode, Supavisor, RDS Proxy): the lease is a row renewed every ttl/3, and
+// no connection is held while fn runs. The term is the lock's fencing
+// token, as for a session-lock leader.
+func ExampleWithLease() {
+	ctx := context.Background()
+	db := exampleDB() // through a transaction pooler, this works the same
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	lockID := exampleLockID("lease")
+	invoices, drop := exampleFencedTable(ctx, db, "lease", lockID)
+	defer drop()
+
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithDefaultHolder("scheduler-a"))
+	if err != nil {
+		panic(err)
+	}
+	lock := pgadvisory.ID(lockID)
+	err = l.Lead(ctx, lock, func(ctx context.Context, term int64) error {
+		// ctx is canceled (cause: ErrLockLost) before this holder's own
+		// deadline passes without a renewal: stop leading then.
+		other := l.Lead(ctx, lock, func(context.Context, int64) error { return nil }, pgadvisory.WithLease(10*time.Second))
+		fmt.Println("held:", errors.Is(other, pgadvisory.ErrLocked))
+		return l.RunFenced(ctx, term, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+invoices+" (id, total) VALUES (1, 100)")
+			return err
+		})
+	}, pgadvisory.WithLease(10*time.Second))
+	fmt.Println("led:", err == nil)
+	// Output:
+	// held: true
+	// led: true
+}
