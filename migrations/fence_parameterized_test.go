@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -169,4 +170,51 @@ func invoiceTable(t *testing.T, db *sql.DB, schema, policy string) string {
 func invoiceLock(t *testing.T) *decl.Lock {
 	t.Helper()
 	return fencing.Declared(t, "  - name: billing.invoice\n    fencing: true\n    params:\n      - {name: tenant_id, type: int64}\n", "billing.invoice")
+}
+
+// TestFenceParameterizedUnpublishedLock: a write to the rows of a
+// parameterized lock that never published a token is refused (LF001), with
+// any token; the control: once the lock publishes, its token writes.
+func TestFenceParameterizedUnpublishedLock(t *testing.T) {
+	db := migrated.DB(t)
+	table := invoiceTable(t, db, testdb.Schema(t), "strict")
+	tenant := testdb.Key(t)
+	insert := fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (1, %d, 1)`, table, tenant)
+	e := sqlstate.Require(t, fencing.Write(db, fencing.NextToken(t, db), insert), codeStale)
+	require.Contains(t, e.Message, "never published")
+
+	tok := fencing.Publish(t, db, keyspace.ParamID("billing.invoice", keyspace.Int64Param(tenant)))
+	require.NoError(t, fencing.Write(db, tok, insert))
+}
+
+// TestFenceParameterizedPublishWaitsForWriter: an open write with the
+// current token of a parameterized lock keeps that lock's fence row FOR
+// SHARE: the next holder's publish (publish timeout 200ms) fails with 55P03
+// while the write is open, and succeeds once it committed (the control).
+func TestFenceParameterizedPublishWaitsForWriter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := migrated.DB(t)
+	table := invoiceTable(t, db, testdb.Schema(t), "strict")
+	tenant := testdb.Key(t)
+	lock := keyspace.ParamID("billing.invoice", keyspace.Int64Param(tenant))
+	tok := fencing.Publish(t, db, lock)
+	writer := openWriter(t, db, tok, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (1, %d, 1)`, table, tenant))
+
+	publish := func() error {
+		c := conn(t, db)
+		tx, err := c.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		var granted bool
+		err = tx.QueryRowContext(ctx, `SELECT granted FROM pgadvisory.fence_acquire(ARRAY[$1]::bigint[], false, NULL, '200ms')`, lock).Scan(&granted)
+		_ = tx.Rollback()
+		_, unlockErr := c.ExecContext(ctx, `SELECT pg_advisory_unlock_all()`)
+		require.NoError(t, unlockErr)
+		return err
+	}
+	e := sqlstate.Require(t, publish(), codeLockTimeout)
+	require.Contains(t, e.Message, "waited 200ms for writes still in flight with the previous token")
+
+	require.NoError(t, writer.tx.Commit())
+	require.NoError(t, publish())
 }

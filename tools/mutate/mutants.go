@@ -91,7 +91,7 @@ var Mutants = []Mutant{
 		Search:  "    IF v_cur IS NULL OR p_token IS NULL OR v_cur OPERATOR(pg_catalog.<>) p_token THEN",
 		Replace: "    IF v_cur OPERATOR(pg_catalog.<>) p_token THEN",
 		Promise: "a parameterized lock whose token was never published refuses writes (LF001)",
-		Pkgs:    migrations, Run: "^TestFenceUnpublishedLock$",
+		Pkgs:    migrations, Run: "^TestFence(UnpublishedLock|ParameterizedUnpublishedLock)$",
 	},
 	{
 		Name: "fence-require-current-no-share", Area: "fencing",
@@ -99,7 +99,7 @@ var Mutants = []Mutant{
 		Search:  "WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock FOR SHARE;",
 		Replace: "WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock;",
 		Promise: "a write of a parameterized lock keeps its fence row FOR SHARE: the next holder's publish waits for it",
-		Pkgs:    migrations, Run: "^TestFence(PublishTimesOutForInFlightWrites|PublishOrderedAfterWriter|Parameterized)",
+		Pkgs:    migrations, Run: "^TestFenceParameterizedPublishWaitsForWriter$",
 	},
 
 	// ---- fencing: the checks of fenced tables (00006) ----
