@@ -24,6 +24,7 @@ func TestGoName(t *testing.T) {
 		"v2.x":                "V2X",
 		"reports.utf8_export": "ReportsUTF8Export",
 		"a.b2c":               "AB2c",
+		"zone.zip_zap":        "ZoneZipZap", // z, the last letter, is a letter too
 	} {
 		require.Equal(t, want, decl.GoName(name), name)
 	}

@@ -61,3 +61,30 @@ func TestManifestReadsCRLF(t *testing.T) {
 	require.True(t, loaded.Output.CRLF)
 	require.NotContains(t, string(loaded.Output.Src), "\r")
 }
+
+// TestManifestErrorPositions: a manifest that cannot be read is refused
+// with the line of the problem, counted from the top of the file (the
+// header, a blank line and the package clause before the manifest): the
+// version line, and each malformed entry below it. The control is the same
+// file with a good version and entries, which reads.
+func TestManifestErrorPositions(t *testing.T) {
+	head := decl.GeneratedHeader + "\n\npackage locks\n\n" // lines 1 to 4
+	good := "// lockgen:emitted billing.invoice params=int64\n"
+	for _, tc := range []struct {
+		src  string
+		want string
+	}{
+		{head + "// lockgen:manifest v0\n" + good, "locks_gen.go:5:1: lockgen manifest version"},
+		{head + "\n\n" + decl.ManifestStart + "\n" + good, "locks_gen.go:7:1: lockgen manifest version"},
+		{head + decl.ManifestStart + "\n" + good + "// lockgen:emitted nonsense\n", "locks_gen.go:7:1: malformed lockgen manifest line"},
+		{head + decl.ManifestStart + "\nfree text\n" + good, "locks_gen.go:6:1: malformed lockgen manifest line"},
+	} {
+		if strings.Contains(tc.want, "version") {
+			tc.src = strings.Replace(tc.src, decl.ManifestStart, "// lockgen:manifest v0", 1)
+		}
+		_, err := decl.ReadManifest("locks_gen.go", []byte(tc.src))
+		require.ErrorContains(t, err, tc.want, "%q", tc.src)
+	}
+	_, err := decl.ReadManifest("locks_gen.go", []byte(head+decl.ManifestStart+"\n"+good))
+	require.NoError(t, err, "control")
+}
