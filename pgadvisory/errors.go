@@ -25,7 +25,7 @@ var (
 	// ErrLockTimeout reports that waiting for the lock (see [WithWait]) hit the
 	// timeout, enforced by the server's lock_timeout (SQLSTATE 55P03). fn was not
 	// called. Retry later. It is also the kind of a wait that the server's
-	// statement_timeout ended before WithWait's timeout ([RunExclusive] on
+	// statement_timeout ended before WithWait's timeout ([Locker.RunExclusive] on
 	// database/sql, which cannot lift it at no cost): the error then names
 	// the setting and its value and carries SQLSTATE 57014.
 	ErrLockTimeout = errors.New("pgadvisory: timed out waiting for the lock")
@@ -73,7 +73,7 @@ var (
 	// pgx front door, ran COMMIT or ROLLBACK). The lock was released at that
 	// moment, so whatever fn committed ran under the lock only up to then,
 	// and anything it did afterwards ran without it. fn must leave ending
-	// the transaction to the call. A [RunOnce] window whose fn did this is
+	// the transaction to the call. A [Locker.RunOnce] window whose fn did this is
 	// claimed all the same (the ledger row is written before fn, in the
 	// same transaction), so its work never runs twice.
 	ErrTxEnded = errors.New("pgadvisory: fn ended the lock transaction itself; what it committed ran under the lock only up to that moment")
@@ -105,7 +105,7 @@ var (
 	// ErrTransactionPooler reports that the connection goes through a pooler
 	// (such as PgBouncer in pool_mode=transaction) that may hand the server
 	// connection to other clients between transactions. Session locks leak
-	// there, so they are refused ([RunSession], [Migrate]). Transaction-scoped
+	// there, so they are refused ([Locker.RunSession], [Migrate]). Transaction-scoped
 	// RunExclusive works. A pooler in session mode cannot be told apart from
 	// one in transaction mode by a client; declare it with
 	// [WithSessionPooler] to take session locks through it.
@@ -117,7 +117,7 @@ var (
 	// statement pooling mode") and hands the server connection to other
 	// clients after every statement: neither transaction locks nor session
 	// locks can work there. Nothing was committed. Do not retry: connect
-	// directly, or through a pool in transaction mode for [RunExclusive].
+	// directly, or through a pool in transaction mode for [Locker.RunExclusive].
 	ErrStatementPooler = errors.New("pgadvisory: connection goes through a pooler in statement mode, which refuses transactions; no advisory lock can work there (connect directly, or use transaction pooling for RunExclusive)")
 
 	// ErrStaleToken reports a fencing token that is not the lock's published
@@ -162,7 +162,7 @@ var (
 	// fencing and run-once need it. Run [Migrate] first.
 	ErrNotMigrated = errors.New("pgadvisory: lockgen's schema is missing; run pgadvisory.Migrate")
 
-	// ErrNoLeader reports that nobody leads the lock now ([CurrentLeader]):
+	// ErrNoLeader reports that nobody leads the lock now ([Locker.CurrentLeader]):
 	// no leader was ever elected, or the last one's backend is gone, is
 	// another backend with a reused pid, or no longer holds the lock. It
 	// comes as an [*Error] with Op "current leader".

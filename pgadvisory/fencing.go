@@ -23,7 +23,7 @@ const defaultPublishTimeout = 5 * time.Second
 
 // WithFencing issues a fencing token for the call and publishes it durably
 // before fn runs (see Fencing in the package documentation). fn reads it
-// with [FencingToken] or [FencingTokenPgx]; writes made through fn's
+// with [Locker.FencingToken]; writes made through fn's
 // transaction carry it automatically. It needs lockgen's schema ([Migrate]).
 // It is refused with [ErrInvalidArgument] before anything is sent together
 // with [WithShared] (shared holders would each publish over the others) or

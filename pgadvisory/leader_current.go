@@ -13,7 +13,7 @@ import (
 	"github.com/lockgen/lockgen/internal/sqlcstd"
 )
 
-// Leader is who leads a lock now (see [CurrentLeader]).
+// Leader is who leads a lock now (see [Locker.CurrentLeader]).
 type Leader struct {
 	Holder string    // WithHolder's name, default "<host>/<pid>"
 	Term   int64     // the leader's term: the lock's published fencing token

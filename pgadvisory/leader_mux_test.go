@@ -16,7 +16,8 @@ import (
 )
 
 // Leaderships on shared session connections: many of them on few server
-// connections, and a dying connection that deposes exactly its leaders.
+// connections (a dying connection that deposes exactly its leaders is
+// TestSharedConnKilled, session_mux_test.go).
 
 // TestLeadManyLeadershipsFewConns: 1,000 concurrent leaderships on
 // distinct keys from one process are all elected (each with its published
@@ -74,88 +75,6 @@ func TestLeadManyLeadershipsFewConns(t *testing.T) {
 			require.NoError(t, frontdoor.Await(t, errs, "a leadership's end"))
 		}
 		require.Empty(t, w.Holds(t, keys...))
-		frontdoor.RequireIdle(t, door)
-	})
-}
-
-// TestLeadSharedConnKilled: killing the backend of one shared connection
-// deposes exactly the leaders on it (their contexts canceled with
-// ErrLockLost, CurrentLeader reports ErrNoLeader for their locks); the
-// leaders on the other connection keep leading.
-func TestLeadSharedConnKilled(t *testing.T) {
-	const leaderships = 20
-	w := witness.Of(migrated.DB(t))
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		door, _ := muxDoor(t, drv, 2)
-		base := testdb.Key(t) << 8
-		keys := make([]int64, leaderships)
-		for i := range keys {
-			keys[i] = base + int64(i)
-		}
-		var elected sync.WaitGroup
-		elected.Add(leaderships)
-		release := make(chan struct{})
-		results := make([]chan error, leaderships)
-		for i, key := range keys {
-			results[i] = make(chan error, 1)
-			go func() {
-				results[i] <- door.Lead(ctx, key, func(ctx context.Context, term int64) error {
-					elected.Done()
-					select {
-					case <-release:
-						return nil
-					case <-ctx.Done():
-						return context.Cause(ctx)
-					}
-				}, pgadvisory.WithCheckInterval(50*time.Millisecond))
-			}()
-		}
-		done := make(chan struct{})
-		go func() { elected.Wait(); close(done) }()
-		frontdoor.Await(t, done, "all leaders elected")
-		holders := holdersOf(t, w, keys)
-		require.Len(t, holders, leaderships)
-		victim := holders[keys[0]]
-		var onVictim int
-		for _, pid := range holders {
-			if pid == victim {
-				onVictim++
-			}
-		}
-		require.Less(t, onVictim, leaderships, "the leaderships are spread over two connections")
-
-		var ok bool
-		require.NoError(t, w.DB.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", victim).Scan(&ok))
-		require.True(t, ok)
-		for i, key := range keys {
-			if holders[key] != victim {
-				continue
-			}
-			require.ErrorIs(t, frontdoor.Await(t, results[i], "a deposed leader's Lead"), pgadvisory.ErrLockLost)
-			_, err := door.CurrentLeader(ctx, key)
-			require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
-		}
-		time.Sleep(200 * time.Millisecond) // several checks of the surviving connection
-		for i, key := range keys {
-			if holders[key] == victim {
-				continue
-			}
-			select {
-			case err := <-results[i]:
-				t.Fatalf("a leader on the surviving connection ended: %v", err)
-			default:
-			}
-			leader, err := door.CurrentLeader(ctx, key)
-			require.NoError(t, err)
-			require.Equal(t, holders[key], int64(leader.PID))
-		}
-		close(release)
-		for i, key := range keys {
-			if holders[key] != victim {
-				require.NoError(t, frontdoor.Await(t, results[i], "a surviving leader's Lead"))
-			}
-		}
 		frontdoor.RequireIdle(t, door)
 	})
 }

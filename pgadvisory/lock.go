@@ -3,8 +3,9 @@ package pgadvisory
 import "strconv"
 
 // Lock is a named lock; generated code (cmd/lockgen) produces values of this
-// type. Its methods are the package functions with the lock's ID and name
-// filled in; the name appears in errors and observer events.
+// type, and [ID] makes one of a raw key. A [Locker]'s methods take it; its
+// name appears in errors and observer events. (Its methods named after the
+// Locker's are deprecated.)
 type Lock struct {
 	Name string // declared name, e.g. "reports.daily_email"
 	ID   int64  // advisory-lock key: keyspace.ID(Name), or the ID pinned in locks.yaml
@@ -14,7 +15,7 @@ type Lock struct {
 	defaults *[]Option
 }
 
-// With returns a copy of l whose methods apply opts before the options given
+// With returns a copy of l whose calls apply opts before the options given
 // to each call, so call options win. Generated code uses it for per-lock
 // settings declared in locks.yaml (shared mode, waiting):
 //

@@ -48,7 +48,7 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     pgadvisory.registry, pgadvisory.register_instance) that [Register]
 //     fills, and the view pgadvisory.status that lockgen status reads;
 //   - 00004_run_once_finish: the deferred trigger that sets a run-once
-//     ledger row's finished_at when its transaction commits ([RunOnce]
+//     ledger row's finished_at when its transaction commits ([Locker.RunOnce]
 //     claims its window before fn runs);
 //   - 00005_fencing_acquire: the fenced acquisition that [WithFencing]
 //     runs on the lock's own connection (pgadvisory.fence_acquire takes the
@@ -59,11 +59,11 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     lockgen fence fences (a row stamp and one check per statement and
 //     lock, on the rows as written), and 00002's trigger functions reading
 //     the token only from the transaction's setting;
-//   - 00007_leader: leader election ([Lead]): pgadvisory.leader_elect
+//   - 00007_leader: leader election ([Locker.Lead]): pgadvisory.leader_elect
 //     publishes a leader's term (a fencing token) for a caller that holds
 //     the lock and records it in pgadvisory.leader;
 //     pgadvisory.current_leader reports the leader only while its backend
-//     holds the lock ([CurrentLeader]); the status view gains leader_holder,
+//     holds the lock ([Locker.CurrentLeader]); the status view gains leader_holder,
 //     leader_term and leader_since;
 //   - 00008_security: no role gains anything through lockgen's schema:
 //     every function pins its search_path, EXECUTE is PUBLIC only on what
@@ -89,7 +89,7 @@ const defaultMigrationLockWait = 5 * time.Minute
 //
 // The session lock needs a direct connection to PostgreSQL: through PgBouncer
 // in pool_mode=transaction it would leak to other clients. With the pgx stdlib
-// driver Migrate detects a pooler the way [RunSession] does and returns an
+// driver Migrate detects a pooler the way [Locker.RunSession] does and returns an
 // error wrapping [ErrTransactionPooler] before taking any lock.
 //
 // It judges the schema by its objects, not only by the version table, and

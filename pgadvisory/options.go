@@ -106,14 +106,14 @@ type config struct {
 // The server's statement_timeout bounds every statement, the waiting one
 // too, and is armed when a statement starts, so only a statement before the
 // lock statement can lift it. Where that costs no round trip, the wait is
-// not cut short by statement_timeout: [RunExclusivePgx] (and the other pgx
+// not cut short by statement_timeout: [Locker.RunExclusive] on [Pgx] (and the other pgx
 // transaction calls) send a statement that lifts it in the round trip of
 // BEGIN and the lock statement, and session locks lift it in the statement
 // that checks the connection (over pgx or pgx's database/sql driver, on a
 // direct connection; behind a declared [WithSessionPooler] in one more
 // round trip). The lock statement puts the caller's value back once the
-// locks are granted, so fn's statements run under it. [RunExclusive] on
-// database/sql sends BEGIN and the lock statement in separate round trips
+// locks are granted, so fn's statements run under it. [Locker.RunExclusive] on
+// [Stdlib] sends BEGIN and the lock statement in separate round trips
 // and does not lift it: a statement_timeout shorter than the wait ends the
 // wait with an error of kind [ErrLockTimeout] that names the setting and
 // its value (SQLSTATE 57014), never a bare 57014.
@@ -204,14 +204,14 @@ func WithObserver(observe func(Event)) Option {
 	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = ObserverFunc(observe) })
 }
 
-// WithCheckInterval sets how often a session lock ([RunSession],
-// [RunSessionPgx], a leadership of [Lead]) checks that its connection is alive and still holds the
+// WithCheckInterval sets how often a session lock ([Locker.RunSession],
+// a leadership of [Locker.Lead]) checks that its connection is alive and still holds the
 // lock: the pause between the end of one check and the start of the next.
 // A lock lost in a way the server reports (its backend terminated, the
 // connection closed or reset) cancels the work's context within about one
 // interval; a link that goes silent (half-open) within about one interval
 // plus the check timeout ([WithCheckTimeout]). The default is 1s. Locks
-// that share a connection ([SetSessionConns]) are checked together, in one
+// that share a connection ([WithSessionConns]) are checked together, in one
 // query, at the smallest interval among them.
 func WithCheckInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
@@ -234,7 +234,7 @@ func WithCheckInterval(d time.Duration) Option {
 // notice a half-open link sooner, at the risk of dropping a healthy lock
 // when a check takes longer than d. With the defaults, a silent link
 // cancels the work within about 6s (interval plus check timeout). Locks
-// that share a connection ([SetSessionConns]) are checked together, bounded
+// that share a connection ([WithSessionConns]) are checked together, bounded
 // by the smallest check timeout among them, and a check that does not
 // answer in time ends all of them.
 func WithCheckTimeout(d time.Duration) Option {
@@ -249,7 +249,7 @@ func WithCheckTimeout(d time.Duration) Option {
 }
 
 // WithSessionPooler declares that the connections of a session lock
-// ([RunSession], [RunSessionPgx]) go through a pooler in session mode
+// ([Locker.RunSession], [Locker.Lead]) go through a pooler in session mode
 // (PgBouncer with pool_mode=session), which keeps one server connection
 // per client connection for as long as the client is connected: session
 // locks are safe there.

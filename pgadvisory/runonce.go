@@ -11,7 +11,7 @@ import (
 )
 
 // WithHolder names the caller: in the run-once ledger's holder column
-// ([RunOnce]), or as the leader ([Lead]: [Leader].Holder, lockgen status).
+// ([Locker.RunOnce]), or as the leader ([Locker.Lead]: [Leader].Holder, lockgen status).
 // The default is "<hostname>/<pid>".
 func WithHolder(holder string) Option {
 	return optionFunc(func(c *config) { c.mark(optHolder); c.holder = holder })

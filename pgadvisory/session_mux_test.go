@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -130,93 +131,6 @@ func TestSessionManyLocksFewConns(t *testing.T) {
 		for range n {
 			require.NoError(t, <-errs)
 		}
-	})
-}
-
-// TestSessionSharedConnKilled: terminating one shared connection's backend
-// cancels exactly the calls whose locks it held (cause ErrLockLost); the
-// calls on the other connection pass their later checks and end without
-// error.
-func TestSessionSharedConnKilled(t *testing.T) {
-	w := witness.Of(testdb.DB(t))
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		door, _ := muxDoor(t, drv, 2)
-		const calls = 20
-		keys := make([]int64, calls)
-		base := testdb.Key(t) << 8
-		var inside sync.WaitGroup
-		inside.Add(calls)
-		release := make(chan struct{})
-		type result struct {
-			key   int64
-			err   error
-			cause error
-		}
-		results := make(chan result, calls)
-		for i := range keys {
-			keys[i] = base + int64(i)
-			key := keys[i]
-			go func() {
-				var cause error
-				err := door.RunSession(ctx, key, func(ctx context.Context) error {
-					inside.Done()
-					select {
-					case <-release:
-						return nil
-					case <-ctx.Done():
-						cause = context.Cause(ctx)
-						return ctx.Err()
-					}
-				}, pgadvisory.WithCheckInterval(50*time.Millisecond))
-				results <- result{key, err, cause}
-			}()
-		}
-		inside.Wait()
-		holders := holdersOf(t, w, keys)
-		require.Len(t, holders, calls)
-		byPID := map[int64][]int64{}
-		for key, pid := range holders {
-			byPID[pid] = append(byPID[pid], key)
-		}
-		require.Len(t, byPID, 2, "the locks are spread over both connections")
-		var victim int64
-		for pid := range byPID {
-			victim = pid
-			break
-		}
-		doomed := map[int64]bool{}
-		for _, key := range byPID[victim] {
-			doomed[key] = true
-		}
-		var ok bool
-		require.NoError(t, w.DB.QueryRow("SELECT pg_terminate_backend($1)", victim).Scan(&ok))
-		require.True(t, ok)
-		for range doomed {
-			r := frontdoor.Await(t, results, "a canceled call")
-			require.True(t, doomed[r.key], "call on key %d, on the surviving connection, was canceled: %v", r.key, r.err)
-			require.ErrorIs(t, r.cause, pgadvisory.ErrLockLost)
-			var pe *pgadvisory.Error
-			require.ErrorAs(t, r.err, &pe)
-			require.Equal(t, pgadvisory.OpWatch, pe.Op)
-			require.Equal(t, []int64{r.key}, pe.LockIDs)
-		}
-		time.Sleep(300 * time.Millisecond) // six more checks of the survivors
-		select {
-		case r := <-results:
-			t.Fatalf("call on key %d ended although its connection lives: %v", r.key, r.err)
-		default:
-		}
-		survivors := holdersOf(t, w, keys)
-		require.Len(t, survivors, calls-len(doomed))
-		close(release)
-		for range calls - len(doomed) {
-			r := frontdoor.Await(t, results, "a surviving call")
-			require.False(t, doomed[r.key])
-			require.NoError(t, r.err)
-		}
-		require.Empty(t, w.Holds(t, keys...))
-		frontdoor.RequireIdle(t, door)
 	})
 }
 
@@ -452,4 +366,121 @@ func TestSetSessionConnsRefusals(t *testing.T) {
 	require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 	require.ErrorContains(t, err, "pgadvisory: ")
 	require.ErrorContains(t, err, "negative")
+}
+
+// TestSharedConnKilled: killing the backend of one shared connection ends
+// exactly the session locks and leaderships on it (their contexts canceled
+// with ErrLockLost, the call's error Op "watch"; a deposed leader's lock has
+// no leader), while those on the other connection go on. One table, one
+// story, for RunSession and Lead.
+func TestSharedConnKilled(t *testing.T) {
+	w := witness.Of(migrated.DB(t))
+	for _, tc := range []struct {
+		name string
+		hold func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context) error) error
+		lead bool
+	}{
+		{"session", func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context) error) error {
+			return door.RunSession(ctx, key, fn, pgadvisory.WithCheckInterval(50*time.Millisecond))
+		}, false},
+		{"lead", func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context) error) error {
+			return door.Lead(ctx, key, func(ctx context.Context, _ int64) error { return fn(ctx) }, pgadvisory.WithCheckInterval(50*time.Millisecond))
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+				ctx := testdb.Context(t)
+				door, _ := muxDoor(t, drv, 2)
+				const calls = 20
+				keys := make([]int64, calls)
+				base := testdb.Key(t) << 8
+				var inside sync.WaitGroup
+				inside.Add(calls)
+				release := make(chan struct{})
+				type result struct {
+					key   int64
+					err   error
+					cause error
+				}
+				results := make(chan result, calls)
+				for i := range keys {
+					keys[i] = base + int64(i)
+					key := keys[i]
+					go func() {
+						var cause error
+						err := tc.hold(ctx, door, key, func(ctx context.Context) error {
+							inside.Done()
+							select {
+							case <-release:
+								return nil
+							case <-ctx.Done():
+								cause = context.Cause(ctx)
+								return ctx.Err()
+							}
+						})
+						results <- result{key, err, cause}
+					}()
+				}
+				done := make(chan struct{})
+				go func() { inside.Wait(); close(done) }()
+				frontdoor.Await(t, done, "every call holds its lock")
+				holders := holdersOf(t, w, keys)
+				require.Len(t, holders, calls)
+				byPID := map[int64][]int64{}
+				for key, pid := range holders {
+					byPID[pid] = append(byPID[pid], key)
+				}
+				require.Len(t, byPID, 2, "the locks are spread over both connections")
+				var victim int64
+				for pid := range byPID {
+					victim = pid
+					break
+				}
+				doomed := map[int64]bool{}
+				for _, key := range byPID[victim] {
+					doomed[key] = true
+				}
+				var ok bool
+				require.NoError(t, w.DB.QueryRow("SELECT pg_terminate_backend($1)", victim).Scan(&ok))
+				require.True(t, ok)
+				for range doomed {
+					r := frontdoor.Await(t, results, "a canceled call")
+					require.True(t, doomed[r.key], "call on key %d, on the surviving connection, was canceled: %v", r.key, r.err)
+					require.ErrorIs(t, r.cause, pgadvisory.ErrLockLost)
+					require.ErrorIs(t, r.err, pgadvisory.ErrLockLost)
+					var pe *pgadvisory.Error
+					require.ErrorAs(t, r.err, &pe)
+					require.Equal(t, pgadvisory.OpWatch, pe.Op)
+					require.Equal(t, []int64{r.key}, pe.LockIDs)
+					if tc.lead {
+						_, err := door.CurrentLeader(ctx, r.key)
+						require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
+					}
+				}
+				time.Sleep(300 * time.Millisecond) // six more checks of the survivors
+				select {
+				case r := <-results:
+					t.Fatalf("call on key %d ended although its connection lives: %v", r.key, r.err)
+				default:
+				}
+				survivors := holdersOf(t, w, keys)
+				require.Len(t, survivors, calls-len(doomed))
+				if tc.lead {
+					for key, pid := range survivors {
+						leader, err := door.CurrentLeader(ctx, key)
+						require.NoError(t, err)
+						require.Equal(t, pid, int64(leader.PID))
+					}
+				}
+				close(release)
+				for range calls - len(doomed) {
+					r := frontdoor.Await(t, results, "a surviving call")
+					require.False(t, doomed[r.key])
+					require.NoError(t, r.err)
+				}
+				require.Empty(t, w.Holds(t, keys...))
+				frontdoor.RequireIdle(t, door)
+			})
+		})
+	}
 }
