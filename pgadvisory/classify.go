@@ -101,7 +101,7 @@ func connectDetail(err error) error {
 // failure is the error of a step that failed on a driver error or a done
 // ctx (not fn's own error), reported to the observer. Its kind is what
 // classify makes of err, and it wraps ctx.Err() when ctx is done.
-func (c *config) failure(ctx context.Context, op Op, err error) error {
+func (c *callState) failure(ctx context.Context, op Op, err error) error {
 	kind := classify(err)
 	if kind == ErrConnect {
 		return c.refusal(ctx, "connect", kind, connectDetail(err))
@@ -111,7 +111,7 @@ func (c *config) failure(ctx context.Context, op Op, err error) error {
 
 // refusal is the error of a step that failed with a known kind (such as
 // ErrStandby), reported to the observer; detail, if not nil, says more.
-func (c *config) refusal(ctx context.Context, op Op, kind, detail error) error {
+func (c *callState) refusal(ctx context.Context, op Op, kind, detail error) error {
 	e := &Error{Op: op, LockIDs: c.ids, Name: c.name, SQLState: SQLState(detail), Kind: kind, Err: withContext(ctx, detail)}
 	c.emitError(e)
 	return e
@@ -119,12 +119,12 @@ func (c *config) refusal(ctx context.Context, op Op, kind, detail error) error {
 
 // invalid is the error of a call refused for a bad argument or option
 // before anything was sent: Kind ErrInvalidArgument.
-func (c *config) invalid(op Op, err error) error {
+func (c *callState) invalid(op Op, err error) error {
 	return c.invalidAs(op, ErrInvalidArgument, err)
 }
 
 // invalidAs is invalid with another kind (ErrIsolationLevel).
-func (c *config) invalidAs(op Op, kind, err error) error {
+func (c *callState) invalidAs(op Op, kind, err error) error {
 	return &Error{Op: op, LockIDs: c.ids, Name: c.name, Kind: kind, Err: err}
 }
 
@@ -135,7 +135,7 @@ func (c *config) invalidAs(op Op, kind, err error) error {
 // ErrAlreadyDone (a nested call's) is wrapped too, with no kind of its own:
 // errors.Is still finds it, and Op "fn" says that fn ran, unlike the
 // call's own ErrLocked (Op "lock") or ErrAlreadyDone (Op "run-once").
-func (c *config) fnFailure(ctx context.Context, fnErr error) error {
+func (c *callState) fnFailure(ctx context.Context, fnErr error) error {
 	kind := classify(fnErr)
 	if kind == nil && ctx.Err() == nil && !errors.Is(fnErr, ErrLocked) && !errors.Is(fnErr, ErrAlreadyDone) {
 		return fnErr
@@ -152,7 +152,7 @@ func (c *config) fnFailure(ctx context.Context, fnErr error) error {
 
 // txEnded is the error of a call whose fn ended the lock transaction
 // itself; fnErr is what fn returned, if anything.
-func (c *config) txEnded(ctx context.Context, fnErr error) error {
+func (c *callState) txEnded(ctx context.Context, fnErr error) error {
 	return &Error{Op: "fn", LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: ErrTxEnded, Err: withContext(ctx, fnErr)}
 }
 
@@ -162,7 +162,7 @@ var errCommitNotSent = errors.New("COMMIT was not sent; nothing was committed")
 
 // commitFailure is the error for a failed COMMIT. What it says follows
 // from whether COMMIT was sent (see commitOutcome) and what answered it.
-func (c *config) commitFailure(ctx context.Context, err error, sent bool) error {
+func (c *callState) commitFailure(ctx context.Context, err error, sent bool) error {
 	var kind error
 	switch {
 	case !sent && ctx.Err() != nil:

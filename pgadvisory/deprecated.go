@@ -72,7 +72,7 @@ func (l Lock) RunExclusivePgx(ctx context.Context, pool *pgxpool.Pool, fn func(p
 // func(tx *sql.Tx) error { return fn(queries.WithTx(tx)) }.
 func RunExclusiveRepo[D, R any](ctx context.Context, db *sql.DB, lockID int64, newRepo func(D) R, fn func(R) error, opts ...Option) error {
 	if err := checkExecutor[D](reflect.TypeFor[*sql.Tx](), newRepo == nil, fn == nil); err != nil {
-		return (&config{ids: []int64{lockID}}).invalid(OpBegin, err)
+		return (&callState{ids: []int64{lockID}}).invalid(OpBegin, err)
 	}
 	l := stdlibLocker(db)
 	return l.RunExclusive(ctx, ID(lockID), func(tx *sql.Tx) error {
@@ -87,7 +87,7 @@ func RunExclusiveRepo[D, R any](ctx context.Context, db *sql.DB, lockID int64, n
 // func(tx pgx.Tx) error { return fn(queries.WithTx(tx)) }.
 func RunExclusiveRepoPgx[D, R any](ctx context.Context, pool *pgxpool.Pool, lockID int64, newRepo func(D) R, fn func(R) error, opts ...Option) error {
 	if err := checkExecutor[D](reflect.TypeFor[pgx.Tx](), newRepo == nil, fn == nil); err != nil {
-		return (&config{ids: []int64{lockID}}).invalid(OpBegin, err)
+		return (&callState{ids: []int64{lockID}}).invalid(OpBegin, err)
 	}
 	l := pgxLocker(pool)
 	return l.RunExclusive(ctx, ID(lockID), func(tx pgx.Tx) error {

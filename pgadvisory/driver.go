@@ -19,7 +19,7 @@ type Driver[TTx any] interface {
 	handle() (pool any, name string, isNil bool)
 	// runTx runs the transaction-lock protocol (protocol.go) for the
 	// resolved call c, with fn in the lock transaction.
-	runTx(ctx context.Context, c *config, fn func(TTx) error) error
+	runTx(ctx context.Context, c *callState, fn func(TTx) error) error
 	// sessions opens the dedicated connections of session locks.
 	sessions() func(context.Context) (sessionConn, error)
 	// nilTx reports a nil transaction.
@@ -28,7 +28,7 @@ type Driver[TTx any] interface {
 	setFencingToken(ctx context.Context, tx TTx, token int64) error
 	// runFenced is a fenced write's transaction: BEGIN, the token, fn,
 	// COMMIT.
-	runFenced(ctx context.Context, c *config, token int64, fn func(TTx) error) error
+	runFenced(ctx context.Context, c *callState, token int64, fn func(TTx) error) error
 	// currentLeader reads pgadvisory.current_leader for lockID.
 	currentLeader(ctx context.Context, lockID int64, name string) (Leader, error)
 	// lockTxRow runs LockTx's statement in tx.
@@ -51,7 +51,7 @@ type stdlibDriver struct{ db *sql.DB }
 
 func (s stdlibDriver) handle() (any, string, bool) { return s.db, "*sql.DB", s.db == nil }
 
-func (s stdlibDriver) runTx(ctx context.Context, c *config, fn func(*sql.Tx) error) error {
+func (s stdlibDriver) runTx(ctx context.Context, c *callState, fn func(*sql.Tx) error) error {
 	d := &databaseSQLTx{db: s.db}
 	return run(ctx, c, d, func() error { return fn(d.tx) })
 }
@@ -66,7 +66,7 @@ func (stdlibDriver) setFencingToken(ctx context.Context, tx *sql.Tx, token int64
 	return setFencingTokenSQL(ctx, tx, token)
 }
 
-func (s stdlibDriver) runFenced(ctx context.Context, c *config, token int64, fn func(*sql.Tx) error) error {
+func (s stdlibDriver) runFenced(ctx context.Context, c *callState, token int64, fn func(*sql.Tx) error) error {
 	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFenced(ctx, s.db, token, fn) })
 }
 
@@ -85,7 +85,7 @@ type pgxDriver struct{ pool *pgxpool.Pool }
 
 func (p pgxDriver) handle() (any, string, bool) { return p.pool, "*pgxpool.Pool", p.pool == nil }
 
-func (p pgxDriver) runTx(ctx context.Context, c *config, fn func(pgx.Tx) error) error {
+func (p pgxDriver) runTx(ctx context.Context, c *callState, fn func(pgx.Tx) error) error {
 	d := &pgxTx{pool: p.pool}
 	return run(ctx, c, d, func() error { return fn(d.tx) })
 }
@@ -100,7 +100,7 @@ func (pgxDriver) setFencingToken(ctx context.Context, tx pgx.Tx, token int64) er
 	return setFencingTokenPgx(ctx, tx, token)
 }
 
-func (p pgxDriver) runFenced(ctx context.Context, c *config, token int64, fn func(pgx.Tx) error) error {
+func (p pgxDriver) runFenced(ctx context.Context, c *callState, token int64, fn func(pgx.Tx) error) error {
 	return c.observed(ctx, CallFenced, "", token, func(ctx context.Context) error { return runFencedPgx(ctx, p.pool, token, fn) })
 }
 

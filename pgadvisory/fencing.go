@@ -30,7 +30,7 @@ const defaultPublishTimeout = 5 * time.Second
 // a read-only transaction (publishing writes), and for session locks (see
 // checkOptions).
 func WithFencing() Option {
-	return optionFunc(func(c *config) { c.mark(optFencing); c.fencing = true })
+	return optionFunc(func(c *callState) { c.mark(optFencing); c.fencing = true })
 }
 
 // tokens maps an open lock transaction (the value fn receives) to its token.
@@ -217,7 +217,7 @@ const (
 // fencedStatement is the fenced acquisition of c's locks: the acquire call
 // with its arguments. A waiting call sets lock_timeout as an unfenced one
 // does (0 for WithWait(0)).
-func (c *config) fencedStatement() lockStatement {
+func (c *callState) fencedStatement() lockStatement {
 	var lockTimeout *string
 	if c.wait {
 		s := c.lockTimeoutArg()
@@ -261,12 +261,12 @@ func fencedOp(err error) Op {
 // fencedWrite is the call of a fenced write under l: its name, its ID and
 // the observer declared with it; its other declared options concern its
 // lock calls, not the write.
-func (l Lock) fencedWrite() (*config, error) {
+func (l Lock) fencedWrite() (*callState, error) {
 	declared, err := newConfig(packageState, l.ID, l.named(nil))
 	if err != nil {
 		return nil, err
 	}
-	return &config{ids: []int64{l.ID}, name: l.Name, observer: declared.observer}, nil
+	return &callState{ids: []int64{l.ID}, name: l.Name, observer: declared.observer}, nil
 }
 
 // setFencingTokenSQL makes tx carry token (database/sql).

@@ -10,7 +10,7 @@ import (
 
 // setLead makes c a leadership: it waits for the lock unless WithWait
 // bounds the wait, and names its holder.
-func (c *config) setLead() error {
+func (c *callState) setLead() error {
 	c.lead = true
 	if c.given&optWait == 0 {
 		c.wait, c.timeout = true, 0
@@ -26,7 +26,7 @@ func (c *config) setLead() error {
 
 // leadership is the session lock's fn for a leadership: the hook that
 // publishes the term once the lock is granted, and fn with that term.
-func (c *config) leadership(fn func(context.Context, int64) error) func(context.Context) error {
+func (c *callState) leadership(fn func(context.Context, int64) error) func(context.Context) error {
 	var term int64
 	c.onLocked = func(ctx context.Context, q sessionQuerier) error {
 		t, err := c.elect(ctx, q)

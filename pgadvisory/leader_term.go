@@ -13,7 +13,7 @@ const electSQL = `SELECT term, elected_at FROM pgadvisory.leader_elect($1::bigin
 
 // elect publishes the next term of c's lock on q, the connection that holds
 // it, and returns it. Its error is an *Error with Op "elect".
-func (c *config) elect(ctx context.Context, q sessionQuerier) (int64, error) {
+func (c *callState) elect(ctx context.Context, q sessionQuerier) (int64, error) {
 	var term int64
 	var electedAt time.Time
 	args := []any{c.ids[0], c.holder, lockTimeoutSetting(c.electPublishTimeout())}
@@ -29,6 +29,6 @@ func (c *config) elect(ctx context.Context, q sessionQuerier) (int64, error) {
 // session connection (the check timeout), so that the server gives up
 // first, with ErrLockTimeout, and the connection and the other locks on it
 // live on.
-func (c *config) electPublishTimeout() time.Duration {
+func (c *callState) electPublishTimeout() time.Duration {
 	return min(defaultPublishTimeout, c.checkTimeout*4/5)
 }

@@ -58,7 +58,7 @@ import (
 // leaders yet. ttl must be positive; it is sent with microsecond
 // precision.
 func WithLease(ttl time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *callState) {
 		c.mark(optLease)
 		if ttl <= 0 {
 			c.setErr(ErrInvalidArgument, fmt.Errorf("WithLease: ttl must be positive, got %v", ttl))
@@ -80,7 +80,7 @@ const (
 const leaseReleaseTimeout = 5 * time.Second
 
 // checkLease refuses what a lease does not support yet.
-func (c *config) checkLease() error {
+func (c *callState) checkLease() error {
 	if c.campaign {
 		return errors.New("WithLease does not apply to Campaign yet: lease leaderships are taken with Lead, which tries once")
 	}
@@ -97,7 +97,7 @@ func (c *config) checkLease() error {
 }
 
 // poolerHint adds to a pooler refusal of Lead that a lease works there.
-func (c *config) poolerHint(detail error) error {
+func (c *callState) poolerHint(detail error) error {
 	if !c.lead {
 		return detail
 	}
@@ -118,7 +118,7 @@ type leaseState struct {
 
 // leaseHold is one held lease.
 type leaseHold struct {
-	c        *config
+	c        *callState
 	id       int64
 	ttl      time.Duration
 	deadline time.Time // ttl after the last successful acquisition or renewal was sent (monotonic)
@@ -163,7 +163,7 @@ func intervalText(d time.Duration) string {
 }
 
 // leadLease is Lead with WithLease.
-func leadLease(ctx context.Context, c *config, s *lockerState, pool any, fn func(context.Context, int64) error) error {
+func leadLease(ctx context.Context, c *callState, s *lockerState, pool any, fn func(context.Context, int64) error) error {
 	if err := c.checkLease(); err != nil {
 		return c.invalid("options", err)
 	}
@@ -173,7 +173,7 @@ func leadLease(ctx context.Context, c *config, s *lockerState, pool any, fn func
 }
 
 // runLease takes the lease, runs fn while renewing it, and releases it.
-func runLease(ctx context.Context, c *config, st *leaseState, pool any, fn func(context.Context, int64) error) (err error) {
+func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn func(context.Context, int64) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}

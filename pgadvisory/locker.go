@@ -96,7 +96,7 @@ func closedErr(op Op, lock Lock) error {
 
 // call resolves a call of family fam on lock: the Locker's defaults, then
 // the lock's declared options, then the call's.
-func (l *Locker[TTx]) call(lock Lock, opts []Option, fam family, nilFn bool) (*config, error) {
+func (l *Locker[TTx]) call(lock Lock, opts []Option, fam family, nilFn bool) (*callState, error) {
 	if l.s.closed.Load() {
 		return nil, closedErr(OpBegin, lock)
 	}
@@ -288,7 +288,7 @@ func (l *Locker[TTx]) Campaign(ctx context.Context, lock Lock, fn func(ctx conte
 }
 
 // inCampaign marks a Lead called by Campaign.
-var inCampaign = optionFunc(func(c *config) { c.campaign = true })
+var inCampaign = optionFunc(func(c *callState) { c.campaign = true })
 
 // CurrentLeader reports who leads lock now, or an error matching
 // [ErrNoLeader]. A leader whose backend is gone is never reported: the
@@ -335,7 +335,7 @@ func (l *Locker[TTx]) RunFenced(ctx context.Context, token int64, fn func(TTx) e
 		}
 		return fencedInvalid(token, what)
 	}
-	c := &config{locker: l.s}
+	c := &callState{locker: l.s}
 	return l.d.runFenced(ctx, c, token, fn)
 }
 

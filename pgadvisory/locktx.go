@@ -79,7 +79,7 @@ var lockTxCache sync.Map // lockShape -> string
 //	            THEN pg_try_advisory_xact_lock($1) ELSE false END,
 //	       pg_is_in_recovery(), iso.level
 //	  FROM (SELECT current_setting('transaction_isolation') AS level) AS iso
-func (c *config) lockTxSQL() (string, []any) {
+func (c *callState) lockTxSQL() (string, []any) {
 	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, wait: c.wait}
 	args := make([]any, 0, 2)
 	args = append(args, c.idsArg())

@@ -166,7 +166,7 @@ type CallEnd struct {
 // takes the place of [WithObserver] given before it (one call-level observer
 // per call; a later one wins, like every option), and a nil o removes it.
 func WithCallObserver(o Observer) Option {
-	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = o })
+	return optionFunc(func(c *callState) { c.mark(optObserver); c.observer = o })
 }
 
 // ObserverFunc turns an event function into an [Observer] (nil stays nil).
@@ -207,7 +207,7 @@ type observation struct {
 
 // startCall starts observing the call of kind and reports whether anyone
 // observes it; *ctx becomes the context the observers return.
-func (c *config) startCall(ctx *context.Context, kind CallKind, window string, token int64) bool {
+func (c *callState) startCall(ctx *context.Context, kind CallKind, window string, token int64) bool {
 	var lockerObs Observer
 	if c.locker != nil {
 		lockerObs = c.locker.observer
@@ -241,7 +241,7 @@ func startOne(ctx context.Context, obs Observer, call Call) (context.Context, Ca
 }
 
 // emit reports e, completed with the call's locks, to the call's observers.
-func (c *config) emit(e Event) {
+func (c *callState) emit(e Event) {
 	o := c.obs
 	if o == nil {
 		return
@@ -272,7 +272,7 @@ func (c *config) emit(e Event) {
 
 // emitError reports a failed step: a lock timeout as contention, anything
 // else as an error.
-func (c *config) emitError(err error) {
+func (c *callState) emitError(err error) {
 	kind := EventError
 	if errors.Is(err, ErrLockTimeout) {
 		kind = EventContended
@@ -285,7 +285,7 @@ func (c *config) emitError(err error) {
 var errFnPanicked = errors.New("pgadvisory: fn panicked")
 
 // endCall tells the call's observers that it returned err.
-func (c *config) endCall(err error) {
+func (c *callState) endCall(err error) {
 	o := c.obs
 	end := CallEnd{Outcome: c.outcome(err), Err: err, Held: o.held, AlreadyDone: o.alreadyDone, Rejection: ownRejection(err)}
 	if o.answered {
@@ -300,7 +300,7 @@ func (c *config) endCall(err error) {
 }
 
 // outcome maps the call's error to its outcome (see Outcome).
-func (c *config) outcome(err error) Outcome {
+func (c *callState) outcome(err error) Outcome {
 	o := c.obs
 	switch {
 	case o.kind == CallFenced:
@@ -355,7 +355,7 @@ func ownRejection(err error) error {
 // observed runs body as the call c of kind, between its observers'
 // StartCall and EndCall (also when fn panics). Unobserved, it only runs
 // body.
-func (c *config) observed(ctx context.Context, kind CallKind, window string, token int64, body func(context.Context) error) error {
+func (c *callState) observed(ctx context.Context, kind CallKind, window string, token int64, body func(context.Context) error) error {
 	if !c.startCall(&ctx, kind, window, token) {
 		return body(ctx)
 	}
@@ -372,7 +372,7 @@ func (c *config) observed(ctx context.Context, kind CallKind, window string, tok
 }
 
 // callKind is the family of a transaction-lock call.
-func (c *config) callKind() CallKind {
+func (c *callState) callKind() CallKind {
 	if c.runOnce {
 		return CallOnce
 	}

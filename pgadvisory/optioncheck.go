@@ -106,7 +106,7 @@ var lockTxWhy = map[optionSet]string{
 
 // mark records that the option of kind k is applied, and where it comes
 // from: the call, or the lock's declared options.
-func (c *config) mark(k optionSet) {
+func (c *callState) mark(k optionSet) {
 	c.given |= k
 	if c.declaring {
 		c.declared |= k
@@ -116,12 +116,12 @@ func (c *config) mark(k optionSet) {
 // declaring brackets a Lock's declared options (see Lock.named), so that
 // refusals can say where an option came from.
 var (
-	beginDeclared = optionFunc(func(c *config) { c.declaring = true })
-	endDeclared   = optionFunc(func(c *config) { c.declaring = false })
+	beginDeclared = optionFunc(func(c *callState) { c.declaring = true })
+	endDeclared   = optionFunc(func(c *callState) { c.declaring = false })
 )
 
 // optionName names the option of kind k and where it came from.
-func (c *config) optionName(k optionSet) string {
+func (c *callState) optionName(k optionSet) string {
 	name := optionRules[bits.TrailingZeros32(uint32(k))].name
 	if c.declared&k == 0 {
 		return name
@@ -134,7 +134,7 @@ func (c *config) optionName(k optionSet) string {
 
 // checkOptions refuses options that do not apply to a call of family fam,
 // and combinations that cannot work.
-func (c *config) checkOptions(fam family) error {
+func (c *callState) checkOptions(fam family) error {
 	for rest := c.given; rest != 0; rest &= rest - 1 {
 		k := rest & -rest
 		if rule := optionRules[bits.TrailingZeros32(uint32(k))]; rule.applies&fam == 0 {
@@ -166,7 +166,7 @@ func (c *config) checkOptions(fam family) error {
 }
 
 // txOptionsKind is the option that made the transaction read-only.
-func (c *config) txOptionsKind() optionSet {
+func (c *callState) txOptionsKind() optionSet {
 	if c.given&optReadOnly != 0 {
 		return optReadOnly
 	}

@@ -35,17 +35,18 @@ import (
 //   - RunOnce or [WithFencing] with a read-only transaction: the claim of
 //     the window, the publish of the token, is a write.
 type Option interface {
-	apply(*config)
+	apply(*callState)
 }
 
 // optionFunc is an [Option] that is a function.
-type optionFunc func(*config)
+type optionFunc func(*callState)
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) apply(c *callState) { f(c) }
 
-// config is the resolved form of a call's options. (Its flags are kept
-// together, so that the struct stays small: one is allocated per call.)
-type config struct {
+// callState is a call's state: its resolved options and, once it runs,
+// its observers. (Its flags are kept together, so that the struct stays
+// small: one is allocated per call.)
+type callState struct {
 	ids      []int64 // sorted, deduplicated
 	name     string
 	timeout  time.Duration // with wait: 0 means until ctx is done
@@ -118,7 +119,7 @@ type config struct {
 // wait with an error of kind [ErrLockTimeout] that names the setting and
 // its value (SQLSTATE 57014), never a bare 57014.
 func WithWait(timeout time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *callState) {
 		c.mark(optWait)
 		if timeout < 0 {
 			c.setErr(ErrInvalidArgument, fmt.Errorf("WithWait: negative timeout %v", timeout))
@@ -131,13 +132,13 @@ func WithWait(timeout time.Duration) Option {
 // WithShared takes the locks in shared (reader) mode: shared holders exclude
 // exclusive holders but not each other.
 func WithShared() Option {
-	return optionFunc(func(c *config) { c.mark(optShared); c.shared = true })
+	return optionFunc(func(c *callState) { c.mark(optShared); c.shared = true })
 }
 
 // WithLocks adds more lock IDs to the call; all of them are taken in one
 // statement, in ascending order, or none is. Duplicates are ignored.
 func WithLocks(ids ...int64) Option {
-	return optionFunc(func(c *config) { c.mark(optLocks); c.ids = append(c.ids, ids...) })
+	return optionFunc(func(c *callState) { c.mark(optLocks); c.ids = append(c.ids, ids...) })
 }
 
 // WithReadOnly makes the lock transaction of [Locker.RunExclusive]
@@ -146,7 +147,7 @@ func WithLocks(ids ...int64) Option {
 // transaction is the caller's), RunOnce (its claim is a write) and
 // [WithFencing] (publishing the token is a write).
 func WithReadOnly() Option {
-	return optionFunc(func(c *config) { c.mark(optReadOnly); c.readOnly = true })
+	return optionFunc(func(c *callState) { c.mark(optReadOnly); c.readOnly = true })
 }
 
 // WithTxOptions sets the transaction options for the database/sql and pgx
@@ -157,7 +158,7 @@ func WithReadOnly() Option {
 // Deprecated: the lock transaction runs at READ COMMITTED whatever is
 // asked; the one option that remains is [WithReadOnly].
 func WithTxOptions(opts sql.TxOptions) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *callState) {
 		c.mark(optTxOptions)
 		switch opts.Isolation {
 		case sql.LevelDefault, sql.LevelReadCommitted:
@@ -175,7 +176,7 @@ func WithTxOptions(opts sql.TxOptions) Option {
 //
 // Deprecated: use [WithReadOnly], the one setting it carries.
 func WithPgxTxOptions(opts pgx.TxOptions) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *callState) {
 		c.mark(optPgxTxOptions)
 		switch opts.IsoLevel {
 		case "", pgx.ReadCommitted:
@@ -201,7 +202,7 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 // Deprecated: use [WithCallObserver], which takes any [Observer]:
 // [SlogObserver]'s, or a function as an [EventFunc].
 func WithObserver(observe func(Event)) Option {
-	return optionFunc(func(c *config) { c.mark(optObserver); c.observer = ObserverFunc(observe) })
+	return optionFunc(func(c *callState) { c.mark(optObserver); c.observer = ObserverFunc(observe) })
 }
 
 // WithCheckInterval sets how often a session lock ([Locker.RunSession],
@@ -214,7 +215,7 @@ func WithObserver(observe func(Event)) Option {
 // that share a connection ([WithSessionConns]) are checked together, in one
 // query, at the smallest interval among them.
 func WithCheckInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *callState) {
 		c.mark(optCheckInterval)
 		if d <= 0 {
 			c.setErr(ErrInvalidArgument, fmt.Errorf("WithCheckInterval: interval must be positive, got %v", d))
@@ -238,7 +239,7 @@ func WithCheckInterval(d time.Duration) Option {
 // by the smallest check timeout among them, and a check that does not
 // answer in time ends all of them.
 func WithCheckTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *callState) {
 		c.mark(optCheckTimeout)
 		if d <= 0 {
 			c.setErr(ErrInvalidArgument, fmt.Errorf("WithCheckTimeout: timeout must be positive, got %v", d))
@@ -267,13 +268,13 @@ func WithCheckTimeout(d time.Duration) Option {
 // pooler that moves the session, but not one that lends the server
 // connection to another client while this one is idle.
 func WithSessionPooler() Option {
-	return optionFunc(func(c *config) { c.mark(optSessionPooler); c.sessionPooler = true })
+	return optionFunc(func(c *callState) { c.mark(optSessionPooler); c.sessionPooler = true })
 }
 
 // newCall resolves the options of a call of family fam and checks its
 // arguments: the database handle (what names it, e.g. "*sql.DB") and fn
 // must not be nil, and the options must fit the call (see checkOptions).
-func newCall(s *lockerState, lockID int64, opts []Option, fam family, handle string, nilHandle, nilFn bool) (*config, error) {
+func newCall(s *lockerState, lockID int64, opts []Option, fam family, handle string, nilHandle, nilFn bool) (*callState, error) {
 	c, err := newConfig(s, lockID, opts)
 	if err != nil {
 		return nil, err
@@ -292,12 +293,12 @@ func newCall(s *lockerState, lockID int64, opts []Option, fam family, handle str
 
 // withName records the declared name of a [Lock] for errors and events.
 func withName(name string) Option {
-	return optionFunc(func(c *config) { c.name = name })
+	return optionFunc(func(c *callState) { c.name = name })
 }
 
 // setErr records the first invalid option: its kind (ErrInvalidArgument or
 // ErrIsolationLevel) and what was wrong.
-func (c *config) setErr(kind, err error) {
+func (c *callState) setErr(kind, err error) {
 	if c.err == nil {
 		c.errKind, c.err = kind, err
 	}
@@ -313,8 +314,8 @@ const defaultCheckTimeout = 5 * time.Second
 
 // newConfig resolves the options of a call on lockID, over the defaults
 // of its Locker's state s.
-func newConfig(s *lockerState, lockID int64, opts []Option) (*config, error) {
-	c := &config{ids: []int64{lockID}, interval: s.interval, checkTimeout: s.checkTimeout,
+func newConfig(s *lockerState, lockID int64, opts []Option) (*callState, error) {
+	c := &callState{ids: []int64{lockID}, interval: s.interval, checkTimeout: s.checkTimeout,
 		sessionPooler: s.sessionPooler, holder: s.holder, locker: s}
 	for _, opt := range opts {
 		if opt == nil {

@@ -49,7 +49,7 @@ type txDriver interface {
 }
 
 // lockStatement is the lock statement of a transaction-scoped call, bound
-// to its arguments (see config.txLockStatement). A fenced statement is
+// to its arguments (see callState.txLockStatement). A fenced statement is
 // fence_acquire's call, which returns a token column too, followed by the
 // hand-over (see fencing.go).
 type lockStatement struct {
@@ -83,12 +83,12 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // run is the transaction-lock protocol shared by RunExclusive and
 // RunExclusivePgx (and RunOnce, RunOncePgx), between its observers' start
 // and end (observer.go).
-func run(ctx context.Context, c *config, d txDriver, call func() error) error {
+func run(ctx context.Context, c *callState, d txDriver, call func() error) error {
 	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return runTx(ctx, c, d, call) })
 }
 
 // runTx is the transaction-lock protocol itself.
-func runTx(ctx context.Context, c *config, d txDriver, call func() error) error {
+func runTx(ctx context.Context, c *callState, d txDriver, call func() error) error {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
@@ -170,7 +170,7 @@ func runTx(ctx context.Context, c *config, d txDriver, call func() error) error 
 // flight (a synchronous standby that does not answer, say), so COMMIT runs
 // under txc linked to ctx, and what the driver returns tells whether COMMIT
 // was sent (see commitSent): only then can the outcome be unknown.
-func (c *config) commit(ctx context.Context, txc *txContext, d txDriver) error {
+func (c *callState) commit(ctx context.Context, txc *txContext, d txDriver) error {
 	stop := txc.link(ctx)
 	ended, err := d.commit(txc.or(ctx))
 	interrupted := stop()
@@ -225,7 +225,7 @@ func endedTx(err error) bool {
 }
 
 // locked is the error of a call whose lock another session holds.
-func (c *config) locked() error {
+func (c *callState) locked() error {
 	return &Error{Op: "lock", LockIDs: c.ids, Name: c.name, Kind: ErrLocked}
 }
 
@@ -233,7 +233,7 @@ func (c *config) locked() error {
 // run-once window (runonce.go; it may have come with the grant). A fenced
 // call's token is already published: the fenced acquisition publishes it
 // before it reports the grant.
-func (c *config) afterGrant(ctx context.Context, d txDriver, res lockResult) error {
+func (c *callState) afterGrant(ctx context.Context, d txDriver, res lockResult) error {
 	if c.runOnce {
 		return c.claimWindow(ctx, d, res)
 	}
@@ -242,7 +242,7 @@ func (c *config) afterGrant(ctx context.Context, d txDriver, res lockResult) err
 
 // rollbackNow rolls the lock transaction back, even when ctx is done. ended
 // and err are the driver's: whether fn had already ended the transaction.
-func (c *config) rollbackNow(ctx context.Context, d txDriver) (ended bool, err error) {
+func (c *callState) rollbackNow(ctx context.Context, d txDriver) (ended bool, err error) {
 	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	return d.rollback(rctx)

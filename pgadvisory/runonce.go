@@ -14,12 +14,12 @@ import (
 // ([Locker.RunOnce]), or as the leader ([Locker.Lead]: [Leader].Holder, lockgen status).
 // The default is "<hostname>/<pid>".
 func WithHolder(holder string) Option {
-	return optionFunc(func(c *config) { c.mark(optHolder); c.holder = holder })
+	return optionFunc(func(c *callState) { c.mark(optHolder); c.holder = holder })
 }
 
 // setRunOnce makes c a run-once call of window, keyed in the ledger by
 // lockID.
-func (c *config) setRunOnce(lockID int64, window string) error {
+func (c *callState) setRunOnce(lockID int64, window string) error {
 	switch {
 	case window == "":
 		return c.invalid("begin", errors.New("empty run-once window"))
@@ -42,14 +42,14 @@ type runClaim struct {
 }
 
 // runClaim is c's claim.
-func (c *config) runClaim() *runClaim {
+func (c *callState) runClaim() *runClaim {
 	return &runClaim{lockID: c.ledgerLockID, window: c.window, holder: c.holder}
 }
 
 // claimWindow is the step between the grant and fn that claims the window
 // (or reads the claim that came with the grant): an error matching
 // ErrAlreadyDone when the window already has a run.
-func (c *config) claimWindow(ctx context.Context, d txDriver, res lockResult) error {
+func (c *callState) claimWindow(ctx context.Context, d txDriver, res lockResult) error {
 	claimed := res.claimed
 	if res.claimErr != nil {
 		return c.failure(ctx, "run-once", res.claimErr)

@@ -36,7 +36,7 @@ type sessionConn interface {
 // runSession is the session-lock protocol shared by both drivers, between
 // its observers' start and end (observer.go), on the shared connections of
 // the Locker's state s (for pool), or on a connection of its own.
-func runSession(ctx context.Context, c *config, s *lockerState, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
+func runSession(ctx context.Context, c *callState, s *lockerState, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
 	c.session = true
 	kind := CallSession
 	if c.lead {
@@ -53,7 +53,7 @@ func runSession(ctx context.Context, c *config, s *lockerState, pool any, acquir
 
 // runSessionLock is the session-lock protocol itself: open (check the
 // connection), lock, watch while fn runs, release and verify.
-func runSessionLock(ctx context.Context, c *config, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
+func runSessionLock(ctx context.Context, c *callState, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
@@ -109,7 +109,7 @@ func runSessionLock(ctx context.Context, c *config, acquire func(context.Context
 // sessionOutcome is a session lock call's result once its locks are
 // released: a loss the watcher saw (lost) or the release found
 // (unreleased) wins over fn's error, which it carries along.
-func (c *config) sessionOutcome(ctx context.Context, lost, unreleased, fnErr error) error {
+func (c *callState) sessionOutcome(ctx context.Context, lost, unreleased, fnErr error) error {
 	switch {
 	case lost != nil:
 		return &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, fnErr)}
@@ -138,7 +138,7 @@ type openedSession struct {
 // startup) is told apart by its mode and refused unless declared, a
 // standby is refused, and a waiting call lifts statement_timeout where
 // that is safe. On error the connection has been released or discarded.
-func (c *config) openSession(ctx context.Context, conn sessionConn) (openedSession, error) {
+func (c *callState) openSession(ctx context.Context, conn sessionConn) (openedSession, error) {
 	var s openedSession
 	announced, known := conn.announcedPID()
 	if !known {
@@ -178,7 +178,7 @@ func (c *config) openSession(ctx context.Context, conn sessionConn) (openedSessi
 // session mode too (ErrTransactionPooler) unless the caller declared
 // session mode (WithSessionPooler). On error the connection has been
 // released or discarded.
-func (c *config) checkPooler(ctx context.Context, conn sessionConn, pid int32, announced uint32) error {
+func (c *callState) checkPooler(ctx context.Context, conn sessionConn, pid int32, announced uint32) error {
 	kind, detail, err := probePooler(ctx, conn, pid, announced)
 	switch {
 	case err != nil:
@@ -223,7 +223,7 @@ func undeclaredPooler(pid int32, announced uint32) error {
 
 // lockSession sends the lock statement. A set not granted whole is
 // released; on error the connection has been released or discarded.
-func (c *config) lockSession(ctx context.Context, conn sessionConn, s openedSession, start time.Time) error {
+func (c *callState) lockSession(ctx context.Context, conn sessionConn, s openedSession, start time.Time) error {
 	query, args := c.sessionLockSQL(s.pid, s.previous, s.lifted)
 	var granted, standby bool
 	var lockPID int32
@@ -262,7 +262,7 @@ func (c *config) lockSession(ctx context.Context, conn sessionConn, s openedSess
 // sessionFailure is failure for a step on a session lock's connection,
 // which recognises a pooler by its prepared statements (see
 // pooledStatementError).
-func (c *config) sessionFailure(ctx context.Context, op Op, err error) error {
+func (c *callState) sessionFailure(ctx context.Context, op Op, err error) error {
 	if pooled := pooledStatementError(err); pooled != nil {
 		return c.refusal(ctx, op, ErrTransactionPooler, pooled)
 	}
@@ -300,7 +300,7 @@ func joinErr(lost, fnErr error) error {
 // a lock missing, it closes conn instead (nothing can stay locked on a
 // pooled connection, and the server releases whatever the session held)
 // and returns what went wrong: the lock was lost, at the latest now.
-func (c *config) releaseSession(ctx context.Context, conn sessionConn) error {
+func (c *callState) releaseSession(ctx context.Context, conn sessionConn) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
 	defer cancel()
 	query, args := c.unlockSQL()
@@ -324,7 +324,7 @@ func (c *config) releaseSession(ctx context.Context, conn sessionConn) error {
 // releasePartial releases the locks of a set that its try statement took
 // before it found one held elsewhere, and returns conn to the pool; if that
 // fails conn is closed instead.
-func (c *config) releasePartial(ctx context.Context, conn sessionConn) {
+func (c *callState) releasePartial(ctx context.Context, conn sessionConn) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
 	defer cancel()
 	query, args := c.unlockHeldSQL()

@@ -19,13 +19,13 @@ func TestSessionOnLockedHook(t *testing.T) {
 	pool := testdb.Pool(t)
 	type door struct {
 		name string
-		run  func(ctx context.Context, c *config, fn func(context.Context) error) error
+		run  func(ctx context.Context, c *callState, fn func(context.Context) error) error
 	}
 	doors := []door{
-		{"database/sql", func(ctx context.Context, c *config, fn func(context.Context) error) error {
+		{"database/sql", func(ctx context.Context, c *callState, fn func(context.Context) error) error {
 			return runSession(ctx, c, packageState, db, databaseSQLSessions(db), fn)
 		}},
-		{"pgx", func(ctx context.Context, c *config, fn func(context.Context) error) error {
+		{"pgx", func(ctx context.Context, c *callState, fn func(context.Context) error) error {
 			return runSession(ctx, c, packageState, pool, pgxSessions(pool), fn)
 		}},
 	}

@@ -40,7 +40,7 @@ const (
 type lossDoor struct {
 	name   string
 	handle any // the pool SetSessionConns configures
-	run    func(ctx context.Context, c *config, fn func(context.Context) error) error
+	run    func(ctx context.Context, c *callState, fn func(context.Context) error) error
 }
 
 // proxiedDoors opens a database/sql pool and a pgx pool of their own whose
@@ -59,10 +59,10 @@ func proxiedDoors(t *testing.T, px *faultproxy.Proxy) []lossDoor {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return []lossDoor{
-		{"database/sql", db, func(ctx context.Context, c *config, fn func(context.Context) error) error {
+		{"database/sql", db, func(ctx context.Context, c *callState, fn func(context.Context) error) error {
 			return runSession(ctx, c, packageState, db, databaseSQLSessions(db), fn)
 		}},
-		{"pgx", pool, func(ctx context.Context, c *config, fn func(context.Context) error) error {
+		{"pgx", pool, func(ctx context.Context, c *callState, fn func(context.Context) error) error {
 			return runSession(ctx, c, packageState, pool, pgxSessions(pool), fn)
 		}},
 	}
@@ -89,7 +89,7 @@ func forEachSessionMode(t *testing.T, doors []lossDoor, body func(t *testing.T, 
 
 // sessionCall is a session lock call on keys (a set when there are
 // several) with opts.
-func sessionCall(t *testing.T, keys []int64, opts ...Option) *config {
+func sessionCall(t *testing.T, keys []int64, opts ...Option) *callState {
 	t.Helper()
 	if len(keys) > 1 {
 		opts = append(opts, WithLocks(keys[1:]...))
@@ -102,7 +102,7 @@ func sessionCall(t *testing.T, keys []int64, opts ...Option) *config {
 // unlockOnLocked makes c unlock key on its own connection once its locks
 // are taken, before fn runs: the backend no longer holds it, while the
 // connection stays healthy.
-func unlockOnLocked(c *config, key int64) {
+func unlockOnLocked(c *callState, key int64) {
 	c.onLocked = func(ctx context.Context, q sessionQuerier) error {
 		var ok bool
 		if err := q.queryRow(ctx, "SELECT pg_advisory_unlock($1)", []any{key}, &ok); err != nil {
@@ -170,7 +170,7 @@ func TestSessionLossStories(t *testing.T) {
 	type story struct {
 		name string
 		// prepare changes the call before it runs (nil: nothing).
-		prepare func(c *config, keys []int64)
+		prepare func(c *callState, keys []int64)
 		// provoke makes the loss happen while fn runs and returns what puts
 		// things back once it was noticed.
 		provoke func(t *testing.T, ctx context.Context, keys []int64) (heal func())
@@ -206,7 +206,7 @@ func TestSessionLossStories(t *testing.T) {
 		},
 		{
 			name:    "lock taken over",
-			prepare: func(c *config, keys []int64) { unlockOnLocked(c, keys[1]) },
+			prepare: func(c *callState, keys []int64) { unlockOnLocked(c, keys[1]) },
 			provoke: func(t *testing.T, ctx context.Context, keys []int64) func() {
 				other := takeOver(t, ctx, admin, keys[1])
 				return func() {

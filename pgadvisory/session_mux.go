@@ -171,7 +171,7 @@ type keyHold struct{ exclusive, shared int }
 // reserve takes c's keys in the table if no other call of this process
 // holds one of them in a conflicting mode (exclusive against anything,
 // shared against exclusive): all of them or none. Under p.mu.
-func (p *sessionPool) reserve(c *config) bool {
+func (p *sessionPool) reserve(c *callState) bool {
 	for _, id := range c.ids {
 		if h := p.held[id]; h != nil && (h.exclusive > 0 || (!c.shared && h.shared > 0)) {
 			return false
@@ -183,7 +183,7 @@ func (p *sessionPool) reserve(c *config) bool {
 
 // register counts c's keys in the table whatever it holds: the server
 // granted them. Under p.mu.
-func (p *sessionPool) register(c *config) {
+func (p *sessionPool) register(c *callState) {
 	for _, id := range c.ids {
 		h := p.held[id]
 		if h == nil {
@@ -199,7 +199,7 @@ func (p *sessionPool) register(c *config) {
 }
 
 // unregister gives c's keys up. Under p.mu.
-func (p *sessionPool) unregister(c *config) {
+func (p *sessionPool) unregister(c *callState) {
 	for _, id := range c.ids {
 		h := p.held[id]
 		if h == nil {
@@ -219,7 +219,7 @@ func (p *sessionPool) unregister(c *config) {
 // place picks the shared connection for one more lock, opening one while
 // there are fewer than max (least-loaded otherwise), and waits until it
 // is open. The caller ends with sc.leave.
-func (p *sessionPool) place(ctx context.Context, c *config) (*sharedConn, error) {
+func (p *sessionPool) place(ctx context.Context, c *callState) (*sharedConn, error) {
 	for {
 		p.mu.Lock()
 		var sc *sharedConn
@@ -266,8 +266,8 @@ type sharedConn struct {
 	// ready is closed once the connection is open and checked (or failed
 	// to open: openErr).
 	ready   chan struct{}
-	opener  *config
-	openErr func(ctx context.Context, c *config) error
+	opener  *callState
+	openErr func(ctx context.Context, c *callState) error
 
 	// What the check when it was opened found (see openSession).
 	pid     int32
@@ -296,7 +296,7 @@ func newSharedConn(p *sessionPool) *sharedConn {
 
 // muxLock is one call's lock set on a shared connection.
 type muxLock struct {
-	c      *config
+	c      *callState
 	cancel context.CancelCauseFunc
 	lost   error // under p.mu: the connection's loss, which canceled the work
 }
@@ -310,7 +310,7 @@ type muxLock struct {
 // ends first (see place).
 func (sc *sharedConn) openConn(octx context.Context) {
 	defer close(sc.ready)
-	fail := func(f func(ctx context.Context, c *config) error) {
+	fail := func(f func(ctx context.Context, c *callState) error) {
 		sc.openErr = f
 		sc.p.mu.Lock()
 		sc.dead = true
@@ -319,7 +319,7 @@ func (sc *sharedConn) openConn(octx context.Context) {
 	}
 	conn, err := sc.p.open(octx)
 	if err != nil {
-		fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
+		fail(func(ctx context.Context, c *callState) error { return c.failure(ctx, "begin", err) })
 		return
 	}
 	announced, known := conn.announcedPID()
@@ -329,7 +329,7 @@ func (sc *sharedConn) openConn(octx context.Context) {
 	var unlifted sql.NullString
 	if err := conn.simpleQueryRow(octx, sessionProbeSQL(announced, false), &sc.pid, &sc.standby, &unlifted); err != nil {
 		conn.discard()
-		fail(func(ctx context.Context, c *config) error { return c.sessionFailure(ctx, "begin", err) })
+		fail(func(ctx context.Context, c *callState) error { return c.sessionFailure(ctx, "begin", err) })
 		return
 	}
 	if known && announced != uint32(sc.pid) {
@@ -337,11 +337,11 @@ func (sc *sharedConn) openConn(octx context.Context) {
 		switch {
 		case err != nil:
 			conn.discard()
-			fail(func(ctx context.Context, c *config) error { return c.failure(ctx, "begin", err) })
+			fail(func(ctx context.Context, c *callState) error { return c.failure(ctx, "begin", err) })
 			return
 		case kind == ErrStatementPooler:
 			conn.discard()
-			fail(func(ctx context.Context, c *config) error { return c.refusal(ctx, "begin", kind, detail) })
+			fail(func(ctx context.Context, c *callState) error { return c.refusal(ctx, "begin", kind, detail) })
 			return
 		}
 		sc.pooled = detail
@@ -363,7 +363,7 @@ func (sc *sharedConn) openConn(octx context.Context) {
 
 // admit applies c's options to what the connection's check found: a
 // standby and an undeclared pooler are refused.
-func (sc *sharedConn) admit(ctx context.Context, c *config) error {
+func (sc *sharedConn) admit(ctx context.Context, c *callState) error {
 	if sc.pooled != nil && !c.sessionPooler {
 		return c.refusal(ctx, "begin", ErrTransactionPooler, c.poolerHint(sc.pooled))
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
-	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"

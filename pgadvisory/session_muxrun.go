@@ -13,7 +13,7 @@ var bgCtx = context.Background()
 // connections: take the locks (try on a shared connection, or wait on a
 // connection of their own), run onLocked and fn while the connection's
 // watcher checks them, release and verify.
-func runSessionMux(ctx context.Context, c *config, p *sessionPool, fn func(context.Context) error) (err error) {
+func runSessionMux(ctx context.Context, c *callState, p *sessionPool, fn func(context.Context) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
@@ -176,7 +176,7 @@ func (sc *sharedConn) tryLocked(ctx context.Context, l *muxLock) (bool, error) {
 
 // unlockHeld releases what the backend holds of c's set after a try that
 // was not granted whole; if that fails, the connection is lost.
-func (sc *sharedConn) unlockHeld(ctx context.Context, c *config) {
+func (sc *sharedConn) unlockHeld(ctx context.Context, c *callState) {
 	query, args := c.unlockHeldSQL()
 	var released int64
 	if err := sc.run(ctx, c.checkTimeout, query, args, &released); err != nil {
@@ -269,7 +269,7 @@ func (p *sessionPool) release(ctx context.Context, sc *sharedConn, l *muxLock) (
 // onLocked hook's querier).
 type muxQuerier struct {
 	sc *sharedConn
-	c  *config
+	c  *callState
 }
 
 func (q muxQuerier) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
@@ -286,7 +286,7 @@ func (q muxQuerier) queryRow(ctx context.Context, query string, args []any, dest
 // trySessionSQL is the try statement of a session lock on a shared
 // connection, guarded by its backend pid (see lockSQL): a waiting call
 // tries first too.
-func (c *config) trySessionSQL(pid int32) (string, []any) {
+func (c *callState) trySessionSQL(pid int32) (string, []any) {
 	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, session: true}
 	s, ok := statementCache.Load(shape)
 	if !ok {

@@ -72,7 +72,7 @@ var statementCache sync.Map // lockShape -> string
 // PgBouncer the statement may land on another server connection, where a
 // session lock would outlive the client's session. The caller compares the
 // returned pid and refuses.
-func (c *config) lockSQL(session bool, restoreStatementTimeout bool) (string, []any) {
+func (c *callState) lockSQL(session bool, restoreStatementTimeout bool) (string, []any) {
 	shape := lockShape{set: len(c.ids) > 1, shared: c.shared, wait: c.wait, session: session,
 		granted: c.runOnce && !session, restoreStatementTimeout: restoreStatementTimeout}
 	args := make([]any, 0, 2)
@@ -91,7 +91,7 @@ func (c *config) lockSQL(session bool, restoreStatementTimeout bool) (string, []
 // idsArg is the first parameter of a call's statements: the ID itself, or
 // for a set the IDs as the text of a bigint array ("{1,2,3}"; text, so
 // that every database/sql driver can pass it), built once per call.
-func (c *config) idsArg() any {
+func (c *callState) idsArg() any {
 	if len(c.ids) == 1 {
 		return c.ids[0]
 	}
@@ -115,7 +115,7 @@ func arrayLiteral(ids []int64) string {
 }
 
 // lockTimeoutArg is the lock_timeout of a waiting call's lock statement.
-func (c *config) lockTimeoutArg() string {
+func (c *callState) lockTimeoutArg() string {
 	if c.timeout == 0 {
 		return "0" // until ctx is done, whatever the database or role sets
 	}
@@ -126,7 +126,7 @@ func (c *config) lockTimeoutArg() string {
 // pipelined true (the driver sends statements before the lock statement in
 // the same round trip), a waiting call lifts statement_timeout for the lock
 // statement with a prelude: see statementTimeoutPrelude.
-func (c *config) txLockStatement(pipelined bool) lockStatement {
+func (c *callState) txLockStatement(pipelined bool) lockStatement {
 	lift := pipelined && c.wait
 	var st lockStatement
 	if c.fencing {

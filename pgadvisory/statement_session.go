@@ -5,7 +5,7 @@ import (
 )
 
 // The statements of a session lock besides the lock statement (statement.go).
-// Each takes the call's IDs as its first parameter (see config.idsArg), so
+// Each takes the call's IDs as its first parameter (see callState.idsArg), so
 // one statement serves a set of any size, and a connection that carries
 // several lock sets can run them per set.
 
@@ -15,7 +15,7 @@ import (
 //
 //	SELECT pg_advisory_unlock($1)::int
 //	SELECT count(*) FROM unnest($1::text::bigint[]) AS lock(id) WHERE pg_advisory_unlock(lock.id)
-func (c *config) unlockSQL() (string, []any) {
+func (c *callState) unlockSQL() (string, []any) {
 	fn := "pg_advisory_unlock"
 	if c.shared {
 		fn += "_shared"
@@ -47,7 +47,7 @@ const heldOfSet = `SELECT u.id FROM (SELECT DISTINCT held.id FROM (` + heldLocks
 // stops at the first lock held elsewhere, keeping the ones before it). It
 // unlocks only what pg_locks shows held, so the locks never taken raise no
 // "you don't own a lock" warning each.
-func (c *config) unlockHeldSQL() (string, []any) {
+func (c *callState) unlockHeldSQL() (string, []any) {
 	fn := "pg_advisory_unlock"
 	if c.shared {
 		fn += "_shared"
@@ -57,7 +57,7 @@ func (c *config) unlockHeldSQL() (string, []any) {
 
 // heldSQL counts how many of the call's locks this backend holds: the
 // watcher's check.
-func (c *config) heldSQL() (string, []any) {
+func (c *callState) heldSQL() (string, []any) {
 	if len(c.ids) == 1 {
 		return "SELECT count(*)::int FROM (" + heldLocks + ") AS held(id) WHERE held.id = $1", []any{c.ids[0]}
 	}
@@ -97,7 +97,7 @@ const liftStatementTimeoutSQL = "SELECT lifted.previous FROM (SELECT current_set
 // sessionLockSQL is the lock statement of a session lock, guarded by pid
 // (see lockSQL); previous, when not "", is the statement_timeout to put
 // back after the grant.
-func (c *config) sessionLockSQL(pid int32, previous string, lifted bool) (string, []any) {
+func (c *callState) sessionLockSQL(pid int32, previous string, lifted bool) (string, []any) {
 	query, args := c.lockSQL(true, lifted)
 	args = append(args, pid)
 	if lifted {

@@ -25,7 +25,7 @@ FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'`
 // reads it (one more round trip, on this failure only), and the error is
 // then of kind ErrLockTimeout and names it. Any other failure is
 // classified as usual.
-func (c *config) lockFailure(ctx context.Context, err error, start time.Time, readTimeout func(context.Context) (string, int64, error)) error {
+func (c *callState) lockFailure(ctx context.Context, err error, start time.Time, readTimeout func(context.Context) (string, int64, error)) error {
 	if !c.wait || SQLState(err) != "57014" || ctx.Err() != nil {
 		return c.failure(ctx, "lock", err)
 	}
@@ -44,7 +44,7 @@ func (c *config) lockFailure(ctx context.Context, err error, start time.Time, re
 }
 
 // waitPhrase says what wait the caller asked for.
-func (c *config) waitPhrase() string {
+func (c *callState) waitPhrase() string {
 	if c.timeout == 0 {
 		return "WithWait(0), which waits until ctx is done"
 	}

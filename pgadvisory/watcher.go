@@ -10,7 +10,7 @@ import (
 
 // watcher checks a session lock's connection until stopped.
 type watcher struct {
-	c      *config
+	c      *callState
 	conn   sessionConn
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
