@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -200,4 +201,150 @@ func ExampleID() {
 	fmt.Println(pgadvisory.ID(42))
 	// Output:
 	// 42
+}
+
+func ExampleLocker_Campaign() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := examplePool()
+	defer pool.Close()
+	exampleMigrate(ctx, stdlib.OpenDBFromPool(pool))
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	relay := pgadvisory.Lock{Name: "outbox.relay", ID: exampleLockID("locker_campaign")}
+
+	// Campaign again after each leadership ends, until ctx ends: here the
+	// leader resigns once and stops the campaign the second time.
+	terms := 0
+	err = locker.Campaign(ctx, relay, func(ctx context.Context, term int64) error {
+		terms++
+		fmt.Println("elected, leadership", terms)
+		if terms == 2 {
+			cancel()
+		}
+		return nil
+	})
+	fmt.Println("campaign ended:", err)
+	// Output:
+	// elected, leadership 1
+	// elected, leadership 2
+	// campaign ended: <nil>
+}
+
+func ExampleLocker_CurrentLeader() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	scheduler := pgadvisory.Lock{Name: "scheduler", ID: exampleLockID("locker_current_leader")}
+
+	// Nobody leads yet: show it, route elsewhere, never act on it.
+	_, err = locker.CurrentLeader(ctx, scheduler)
+	fmt.Println("no leader:", errors.Is(err, pgadvisory.ErrNoLeader))
+	_ = locker.Lead(ctx, scheduler, func(ctx context.Context, term int64) error {
+		leader, err := locker.CurrentLeader(ctx, scheduler)
+		fmt.Println("leader's term:", err == nil && leader.Term == term)
+		return nil
+	}, pgadvisory.WithHolder("scheduler-b"))
+	// Output:
+	// no leader: true
+	// leader's term: true
+}
+
+func ExampleLocker_RunFenced() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	lock := pgadvisory.Lock{Name: "billing.invoices", ID: exampleLockID("locker_run_fenced")}
+	// A table fenced by the lock (lockgen fence generates this migration).
+	invoices, drop := exampleFencedTable(ctx, db, "locker_run_fenced", lock.ID)
+	defer drop()
+
+	// A worker writes on behalf of a lock holder, with its token.
+	writeInvoice := func(token int64, id, total int) error {
+		return locker.RunFenced(ctx, token, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+invoices+" (id, total) VALUES ($1, $2)", id, total)
+			return err
+		})
+	}
+	// Holder A hands its token to the worker; then holder B takes the lock.
+	var tokenA int64
+	_ = locker.RunExclusive(ctx, lock, func(tx *sql.Tx) error {
+		tokenA, _ = locker.FencingToken(tx)
+		return nil
+	}, pgadvisory.WithFencing())
+	fmt.Println("A's worker writes:", writeInvoice(tokenA, 1, 100))
+	_ = locker.RunExclusive(ctx, lock, func(*sql.Tx) error { return nil }, pgadvisory.WithFencing())
+
+	// A's worker wakes up late: the database rejects its stale token.
+	err = writeInvoice(tokenA, 2, 200)
+	fmt.Println("A's worker rejected:", errors.Is(err, pgadvisory.ErrStaleToken))
+	// Output:
+	// A's worker writes: <nil>
+	// A's worker rejected: true
+}
+
+func ExampleLocker_SetFencingToken() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	db := stdlib.OpenDBFromPool(pool)
+	exampleMigrate(ctx, db)
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	lock := pgadvisory.Lock{Name: "billing.invoices", ID: exampleLockID("locker_set_fencing_token")}
+	invoices, drop := exampleFencedTable(ctx, db, "locker_set_fencing_token", lock.ID)
+	defer drop()
+
+	err = locker.RunExclusive(ctx, lock, func(lockTx pgx.Tx) error {
+		token, _ := locker.FencingToken(lockTx)
+		// A write on another connection, in a transaction of its own.
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if err := locker.SetFencingToken(ctx, tx, token); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+invoices+" (id, total) VALUES (1, 100)"); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}, pgadvisory.WithFencing())
+	fmt.Println("write carrying the token:", err)
+	// Output:
+	// write carrying the token: <nil>
+}
+
+func ExampleWithLockerObserver() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	// Every call of this Locker is observed, with no option at the call sites.
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithLockerObserver(outcomePrinter{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	_ = locker.RunExclusive(ctx, pgadvisory.ID(exampleLockID("with_locker_observer")), func(*sql.Tx) error { return nil })
+	// Output:
+	// run_exclusive : acquired
 }
