@@ -1,6 +1,7 @@
 package pgadvisory_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"sync/atomic"
@@ -61,6 +62,37 @@ func TestRunOnceLedger(t *testing.T) {
 				ledger := runOnceRows(t, admin, key)
 				require.Len(t, ledger, 2)
 				require.Equal(t, []string{"2026-12-02", "2026-12-03"}, []string{ledger[0].window, ledger[1].window})
+				_, err = admin.Exec(`DELETE FROM ` + tbl)
+				require.NoError(t, err)
+			})
+
+			// A call that is not granted the lock claims nothing and waits for
+			// nothing, even where its claim travels with the lock statement
+			// (pgx's pipeline) while the holder's claim of the same window is
+			// not committed yet: it returns ErrLocked at once. The control:
+			// once the holder gave up, the window runs.
+			t.Run("not_granted_claims_nothing", func(t *testing.T) {
+				key := testdb.Key(t)
+				calls.Store(0)
+				entered, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+				go func() {
+					done <- door.RunOnce(ctx, key, "2026-12-02", func(frontdoor.Tx) error {
+						close(entered)
+						<-release
+						return errors.New("the holder gives up")
+					})
+				}()
+				frontdoor.Await(t, entered, "the holder's fn")
+				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := door.RunOnce(lctx, key, "2026-12-02", job(nil))
+				cancel()
+				close(release)
+				require.ErrorIs(t, err, pgadvisory.ErrLocked, "the refused call neither waited for the holder's claim nor claimed")
+				require.Error(t, frontdoor.Await(t, done, "the holder"))
+				require.Empty(t, runOnceRows(t, admin, key))
+				require.NoError(t, door.RunOnce(ctx, key, "2026-12-02", job(nil)), "control: the window runs once the holder gave up")
+				require.Equal(t, int64(1), calls.Load())
+				require.Len(t, runOnceRows(t, admin, key), 1)
 				_, err = admin.Exec(`DELETE FROM ` + tbl)
 				require.NoError(t, err)
 			})

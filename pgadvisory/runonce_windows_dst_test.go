@@ -85,6 +85,16 @@ func TestRunOnceWindowsRepeatedHour(t *testing.T) {
 	require.Equal(t, "2026-10-25T02+01:00", pgadvisory.HourlyWindow(time.Date(2026, 10, 25, 1, 30, 0, 0, time.UTC), berlin))
 	// The daily window of both hours is one day, as it should be.
 	require.Equal(t, pgadvisory.DailyWindow(edt, ny), pgadvisory.DailyWindow(est, ny))
+	// The repeated hour's bounds: it begins the instant clocks fall back
+	// (06:00Z in New York, 01:00Z in Berlin) and ends one hour later, when
+	// the next hour is a plain one again.
+	fallBack := time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC)
+	require.Equal(t, "2026-11-01T01", pgadvisory.HourlyWindow(fallBack.Add(-time.Nanosecond), ny))
+	require.Equal(t, "2026-11-01T01-05:00", pgadvisory.HourlyWindow(fallBack, ny))
+	require.Equal(t, "2026-11-01T01-05:00", pgadvisory.HourlyWindow(fallBack.Add(time.Hour-time.Nanosecond), ny))
+	require.Equal(t, "2026-11-01T02", pgadvisory.HourlyWindow(fallBack.Add(time.Hour), ny))
+	require.Equal(t, "2026-10-25T02+01:00", pgadvisory.HourlyWindow(time.Date(2026, 10, 25, 2, 0, 0, -1, time.UTC), berlin))
+	require.Equal(t, "2026-10-25T03", pgadvisory.HourlyWindow(time.Date(2026, 10, 25, 2, 0, 0, 0, time.UTC), berlin))
 
 	// CONTROL: the earlier format merges the two hours into one key, and
 	// the check that the helpers pass rejects it.

@@ -306,3 +306,52 @@ func TestErrorListSorted(t *testing.T) {
 	require.EqualError(t, err, "a.yaml:1:9: x\na.yaml:3:1: y\na.yaml:3:2: z\nb.yaml:1:1: b")
 	require.NoError(t, decl.Join(nil, nil))
 }
+
+// TestCheckRenameAndIDChangeRules: keep_id from a lock that had parameters
+// is refused (there is no single ID to keep), new_id is not; an ID that
+// changed since the last output is refused unless on_id_change: new_id
+// says it is intended.
+func TestCheckRenameAndIDChangeRules(t *testing.T) {
+	hist := decl.History{"reports.by_day": {Name: "reports.by_day", Params: []keyspace.ParamType{keyspace.Int64}}}
+	renamed := func(onRename string) string {
+		return "version: \"1\"\npackage: locks\nlocks:\n  - name: reports.daily\n    renamed_from: reports.by_day\n    on_rename: " + onRename + "\n"
+	}
+	err := decl.Check(parse(t, renamed("keep_id")), hist)
+	require.ErrorContains(t, err, `on_rename: keep_id needs the old lock to be plain, but "reports.by_day" had parameters (int64)`)
+	require.NoError(t, decl.Check(parse(t, renamed("new_id")), hist), "control: new_id")
+
+	hist = decl.History{"legacy.cleanup": {Name: "legacy.cleanup", ID: 72707}}
+	pinned := "version: \"1\"\npackage: locks\nlocks:\n  - name: legacy.cleanup\n    id: 72708\n"
+	err = decl.Check(parse(t, pinned), hist)
+	require.ErrorContains(t, err, "on_id_change: new_id")
+	require.NoError(t, decl.Check(parse(t, pinned+"    on_id_change: new_id\n"), hist), "control: the change is declared")
+	require.NoError(t, decl.Check(parse(t, strings.Replace(pinned, "72708", "72707", 1)), hist), "control: the same ID")
+
+	hist = decl.History{"billing.invoice": {Name: "billing.invoice", Params: []keyspace.ParamType{keyspace.Int64}}}
+	retyped := "version: \"1\"\npackage: locks\nlocks:\n  - name: billing.invoice\n    params: [{name: tenant, type: string}]\n"
+	err = decl.Check(parse(t, retyped), hist)
+	require.ErrorContains(t, err, "on_id_change: new_id", "a parameter's type changed: every ID changed")
+	require.NoError(t, decl.Check(parse(t, retyped+"    on_id_change: new_id\n"), hist), "control: the change is declared")
+}
+
+// TestParseParamsAndDocRules: a parameter name given twice, and two names
+// that become one Go identifier (a_id and a_i_d are both aID), are refused
+// at the second one; a doc may hold tabs and newlines but no other control
+// character. Each refusal has its control.
+func TestParseParamsAndDocRules(t *testing.T) {
+	lock := func(body string) string {
+		return "version: \"1\"\npackage: locks\nlocks:\n  - name: billing.invoice\n" + body
+	}
+	_, err := decl.Parse("locks.yaml", []byte(lock("    params: [{name: a_id, type: int64}, {name: a_id, type: string}]\n")))
+	require.ErrorContains(t, err, `duplicate parameter "a_id"`)
+	_, err = decl.Parse("locks.yaml", []byte(lock("    params: [{name: a_id, type: int64}, {name: a_i_d, type: string}]\n")))
+	require.ErrorContains(t, err, `parameters "a_id" and "a_i_d" both become the Go identifier aID`)
+	_, err = decl.Parse("locks.yaml", []byte(lock("    params: [{name: a_id, type: int64}, {name: b_id, type: string}]\n")))
+	require.NoError(t, err, "control: two names, two identifiers")
+
+	f, err := decl.Parse("locks.yaml", []byte(lock("    doc: \"one\\ttwo\\nthree\"\n")))
+	require.NoError(t, err)
+	require.Equal(t, "one\ttwo\nthree", f.Lookup("billing.invoice").Doc)
+	_, err = decl.Parse("locks.yaml", []byte(lock("    doc: \"one\\x01two\"\n")))
+	require.ErrorContains(t, err, "doc contains the control character U+0001")
+}

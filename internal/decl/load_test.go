@@ -3,11 +3,13 @@ package decl_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/decl"
+	"github.com/lockgen/lockgen/keyspace"
 )
 
 // TestLoad reads the declarations and the history of the output they name
@@ -50,4 +52,43 @@ func TestLoad(t *testing.T) {
 	_, err = decl.Load(filepath.Join(dir, "missing.yaml"), decl.LoadOptions{})
 	require.ErrorContains(t, err, "decl: reading declarations: open ")
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestLoadNotesWhatWentUnchecked: with no earlier output on disk (and no git
+// work tree holding one), Load says that renames and removals went
+// unchecked; with the output there it does not, and it reads a CRLF
+// checkout of the output as the same LF text, noting CRLF. LoadBytes
+// without an output is a first run, with one the output exists.
+func TestLoadNotesWhatWentUnchecked(t *testing.T) {
+	dir := t.TempDir()
+	yaml := filepath.Join(dir, "locks.yaml")
+	out := filepath.Join(dir, "locks_gen.go")
+	src := "version: \"1\"\npackage: locks\nlocks:\n  - name: reports.weekly\n"
+	require.NoError(t, os.WriteFile(yaml, []byte(src), 0o644))
+
+	loaded, err := decl.Load(yaml, decl.LoadOptions{})
+	require.NoError(t, err)
+	require.Contains(t, loaded.Unchecked, "no earlier output of "+yaml+" was found")
+
+	previous := decl.GeneratedHeader + "\n\npackage locks\n\n" + decl.ManifestStart + "\n" +
+		decl.Emitted{Name: "reports.weekly", ID: keyspace.ID("reports.weekly")}.ManifestLine() + "\n"
+	for _, crlf := range []bool{false, true} {
+		onDisk := previous
+		if crlf {
+			onDisk = strings.ReplaceAll(previous, "\n", "\r\n")
+		}
+		require.NoError(t, os.WriteFile(out, []byte(onDisk), 0o644))
+		loaded, err = decl.Load(yaml, decl.LoadOptions{})
+		require.NoError(t, err)
+		require.Empty(t, loaded.Unchecked, "control: the history was read")
+		require.Equal(t, decl.Output{Path: out, Src: []byte(previous), Exists: true, CRLF: crlf}, loaded.Output)
+	}
+
+	loaded, err = decl.LoadBytes(yaml, []byte(src), nil)
+	require.NoError(t, err)
+	require.False(t, loaded.Output.Exists)
+	loaded, err = decl.LoadBytes(yaml, []byte(src), []byte(previous))
+	require.NoError(t, err)
+	require.True(t, loaded.Output.Exists)
+	require.False(t, loaded.Output.CRLF)
 }
