@@ -355,3 +355,20 @@ func TestParseParamsAndDocRules(t *testing.T) {
 	_, err = decl.Parse("locks.yaml", []byte(lock("    doc: \"one\\x01two\"\n")))
 	require.ErrorContains(t, err, "doc contains the control character U+0001")
 }
+
+// TestErrorPositionInsideScalar: a problem at a byte inside a name is
+// reported at that character, wherever the scalar is: a whole file on one
+// line without a final newline (the first line is also the last), a flow
+// value continued at the first column of the next line, and the usual
+// block layout.
+func TestErrorPositionInsideScalar(t *testing.T) {
+	for src, want := range map[string]string{
+		`{version: "1", package: p, locks: [{name: a.B}]}`:        "locks.yaml:1:45: invalid lock name",
+		"{version: \"1\", package: p, locks: [{name:\na.B}]}\n":   "locks.yaml:2:3: invalid lock name",
+		"version: \"1\"\npackage: p\nlocks:\n  - name: a.B\n":     "locks.yaml:4:13: invalid lock name",
+		"version: \"1\"\npackage: p\nlocks:\n  - name: \"a.B\"\n": "locks.yaml:4:14: invalid lock name",
+	} {
+		_, err := decl.Parse("locks.yaml", []byte(src))
+		require.ErrorContains(t, err, want, "%q", src)
+	}
+}

@@ -136,6 +136,8 @@ func TestNextVersion(t *testing.T) {
 		{"timestamps", []string{"20240101120000_init.sql", "20250202120000_users.sql"}, "20260304040607"},
 		{"timestamp in future", []string{"20991231235959_x.sql"}, "21000101000000"},
 		{"timestamp now", []string{"20260304040607_x.sql"}, "20260304040608"},
+		{"version 0 is no migration (goose starts at 1)", []string{"0_init.sql"}, "00001"},
+		{"one version spelled twice: the first file by name sets the width", []string{"002_a.sql", "2_b.sql"}, "003"},
 	} {
 		dir := t.TempDir()
 		for _, f := range tc.files {
@@ -277,4 +279,26 @@ func TestGenerateUpgrade(t *testing.T) {
 	req.Upgrade = true
 	_, err = fencegen.Generate(req)
 	require.ErrorContains(t, err, "fencegen: -upgrade: 00006_fence_other.sql fences billing.other in the current layout already")
+}
+
+// TestScanDanglingFlag: a recorded command line that ends with a flag and
+// no value (a file edited by hand) reads as that flag unset, never as a
+// crash; the control is the same line with the value.
+func TestScanDanglingFlag(t *testing.T) {
+	dir := t.TempDir()
+	write := func(line string) {
+		src := fencegen.Header + "\n-- lockgen fence " + line + "\n"
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "00001_fence.sql"), []byte(src), 0o644))
+	}
+	write("-table public.entries -lock")
+	found, err := fencegen.Scan(dir)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	require.Equal(t, "public.entries", found[0].Table)
+	require.Empty(t, found[0].Lock)
+
+	write("-table public.entries -lock billing.entries")
+	found, err = fencegen.Scan(dir)
+	require.NoError(t, err)
+	require.Equal(t, "billing.entries", found[0].Lock)
 }
