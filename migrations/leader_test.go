@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 
 	"github.com/pressly/goose/v3"
@@ -243,4 +244,50 @@ func TestStatusViewLeader(t *testing.T) {
 		require.False(t, holder.Valid, "a leader whose term is not the published token is not the leader")
 		require.False(t, got.Valid)
 	})
+}
+
+// TestCurrentLeaderSQL: current_leader names the backend that holds the
+// lock and was elected last, with the term of its last election: a second
+// election on the same session records the new term (the control: the
+// first one's), and a leader that let go of the lock is no longer named
+// while another session, which never was elected, holds it.
+func TestCurrentLeaderSQL(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	leader := func() (holder string, term int64, pid int, ok bool) {
+		t.Helper()
+		err := db.QueryRowContext(ctx, `SELECT holder, term, pid FROM pgadvisory.current_leader($1)`, key).Scan(&holder, &term, &pid)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", 0, 0, false
+		}
+		require.NoError(t, err)
+		return holder, term, pid, true
+	}
+	a := conn(t, db)
+	var pidA int
+	require.NoError(t, a.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM pg_advisory_lock($1)`, key).Scan(&pidA))
+	var first, second int64
+	require.NoError(t, a.QueryRowContext(ctx, electSQL, key, "a").Scan(&first))
+	holder, term, pid, ok := leader()
+	require.True(t, ok)
+	require.Equal(t, "a", holder)
+	require.Equal(t, first, term, "control: the first election's term")
+	require.Equal(t, pidA, pid)
+
+	require.NoError(t, a.QueryRowContext(ctx, electSQL, key, "a again").Scan(&second))
+	require.Greater(t, second, first)
+	holder, term, _, ok = leader()
+	require.True(t, ok, "the re-elected leader is named")
+	require.Equal(t, "a again", holder)
+	require.Equal(t, second, term)
+
+	// A lets go (its backend lives on); B takes the lock without an election.
+	_, err := a.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, key)
+	require.NoError(t, err)
+	b := conn(t, db)
+	_, err = b.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	_, _, _, ok = leader()
+	require.False(t, ok, "a leader that no longer holds the lock is not named, whoever holds it")
 }

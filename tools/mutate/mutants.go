@@ -307,7 +307,7 @@ var Mutants = []Mutant{
 		Search:  "SET holder = p_holder, term = leader_elect.term, pid = v_pid",
 		Replace: "SET holder = p_holder, pid = v_pid",
 		Promise: "the leader's record carries the term just published",
-		Pkgs:    pgadvisory, Run: "^TestCurrentLeader",
+		Pkgs:    migrations, Run: "^TestCurrentLeaderSQL$",
 	},
 	{
 		Name: "current-leader-any-term", Area: "election",
@@ -323,7 +323,7 @@ var Mutants = []Mutant{
 		Search:  "      AND k.pid = l.pid\n",
 		Replace: "",
 		Promise: "CurrentLeader names a leader only while its own backend holds the lock",
-		Pkgs:    pgadvisory, Run: "^TestCurrentLeader",
+		Pkgs:    migrations, Run: "^TestCurrentLeaderSQL$",
 	},
 	{
 		Name: "current-leader-reused-pid", Area: "election",
