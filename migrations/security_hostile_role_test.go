@@ -339,7 +339,7 @@ func TestHostileStaleTokenErrorNamesNoCurrentToken(t *testing.T) {
 			require.Equal(t, "LF001", code(errs))
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, errs[0], &pgErr)
-			text := pgErr.Message + pgErr.Detail + pgErr.Hint
+			text := strings.Join([]string{pgErr.Message, pgErr.Detail, pgErr.Hint}, "\n")
 			names := regexp.MustCompile(fmt.Sprintf(`\btoken %d\b`, current)).MatchString(text)
 			require.Equal(t, v.open, names, "the error names the current token: %s", text)
 		})
