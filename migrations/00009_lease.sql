@@ -29,6 +29,9 @@
 --     is held with the owner secret, has not expired, and whose term is
 --     still the lock's published token; it returns the IDs it renewed.
 --   * lease_release vacates a lease held with the owner secret, at once.
+--   * current_leader (redefined; Down restores 00007's) reports a lease's
+--     holder while the lease is held, unexpired and its term is the
+--     published token, with pid 0.
 --
 -- All three are SECURITY DEFINER (callers need no privilege on
 -- pgadvisory.lease, pgadvisory.fence, pgadvisory.leader or the sequence)
@@ -217,7 +220,90 @@ COMMENT ON FUNCTION pgadvisory.lease_release(bigint, uuid) IS
 
 REVOKE ALL ON TABLE pgadvisory.lease FROM PUBLIC;
 
+-- current_leader reports a lease's holder too: while the lease is held, has
+-- not expired on the database's clock and its term is the published token.
+-- Its row has pid 0 (no backend holds a lease) and elected_at is the time
+-- the lease was taken. A session-lock leader is confirmed as before.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.current_leader(p_lock_id bigint)
+RETURNS SETOF pgadvisory.leader
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT l.*
+FROM pgadvisory.leader AS l
+JOIN pgadvisory.fence AS f ON f.lock_id OPERATOR(pg_catalog.=) l.lock_id AND f.token OPERATOR(pg_catalog.=) l.term
+WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id
+  AND EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_locks AS k
+    WHERE k.locktype OPERATOR(pg_catalog.=) 'advisory' AND k.objsubid OPERATOR(pg_catalog.=) 1 AND k.granted
+      AND k.mode OPERATOR(pg_catalog.=) 'ExclusiveLock'
+      AND k.pid OPERATOR(pg_catalog.=) l.pid
+      AND ((k.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) k.objid::pg_catalog.int8) OPERATOR(pg_catalog.=) l.lock_id
+      AND k.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()))
+  AND EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_stat_activity AS a
+    WHERE a.pid OPERATOR(pg_catalog.=) l.pid
+      AND (a.backend_start IS NULL OR a.backend_start OPERATOR(pg_catalog.<) l.elected_at))
+UNION ALL
+SELECT s.lock_id, s.holder, s.term, 0, s.since
+FROM pgadvisory.lease AS s
+JOIN pgadvisory.fence AS f ON f.lock_id OPERATOR(pg_catalog.=) s.lock_id AND f.token OPERATOR(pg_catalog.=) s.term
+WHERE s.lock_id OPERATOR(pg_catalog.=) p_lock_id
+  AND s.owner_secret IS NOT NULL
+  AND s.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.current_leader(bigint) IS
+'lockgen leader election: the leader of p_lock_id now. A session-lock leader, from '
+'pgadvisory.leader, only while its backend is alive, is the same backend (that pid, started '
+'before elected_at, where the owner can read backend_start), holds the advisory lock in '
+'exclusive mode, and its term is the published token. A lease leader, from pgadvisory.lease '
+'(pid 0, elected_at: when the lease was taken), only while its lease is held, has not expired '
+'and its term is the published token. No row otherwise. SECURITY DEFINER: readers need no '
+'privilege on lockgen''s tables.';
+
 -- +goose Down
+-- current_leader as 00007 defined it.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.current_leader(p_lock_id bigint)
+RETURNS SETOF pgadvisory.leader
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT l.*
+FROM pgadvisory.leader AS l
+JOIN pgadvisory.fence AS f ON f.lock_id = l.lock_id AND f.token = l.term
+WHERE l.lock_id = p_lock_id
+  AND EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_locks AS k
+    WHERE k.locktype = 'advisory' AND k.objsubid = 1 AND k.granted AND k.mode = 'ExclusiveLock'
+      AND k.pid = l.pid
+      AND ((k.classid::bigint << 32) | k.objid::bigint) = l.lock_id
+      AND k.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()))
+  AND EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_stat_activity AS a
+    WHERE a.pid = l.pid
+      AND (a.backend_start IS NULL OR a.backend_start < l.elected_at))
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.current_leader(bigint) IS
+'lockgen leader election: the leader of p_lock_id now, from pgadvisory.leader, only while its '
+'backend is alive, is the same backend (that pid, started before elected_at, where the owner '
+'can read backend_start), '
+'holds the advisory lock in exclusive mode, and its term is the published token; no row '
+'otherwise. SECURITY DEFINER: readers need no privilege on lockgen''s tables.';
+
 DROP FUNCTION pgadvisory.lease_release(bigint, uuid);
 DROP FUNCTION pgadvisory.lease_renew(bigint[], uuid, interval);
 DROP FUNCTION pgadvisory.lease_acquire(bigint, text, uuid, interval, text);

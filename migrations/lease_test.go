@@ -259,7 +259,8 @@ func TestLeaseSessionHolderExcludes(t *testing.T) {
 // TestLeaseAcquireIsDurable: the transaction of lease_acquire commits with
 // synchronous_commit on whatever the session says (local, remote_write and
 // off would not wait for a synchronous standby), and leaves no session-level
-// advisory lock behind; its leader row confirms no backend.
+// advisory lock behind; current_leader reports the lease with pid 0, never
+// the backend that took it.
 func TestLeaseAcquireIsDurable(t *testing.T) {
 	db := migrated.DB(t)
 	lock := testdb.Key(t)
@@ -280,16 +281,28 @@ func TestLeaseAcquireIsDurable(t *testing.T) {
 		var locks int
 		require.NoError(t, c.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks))
 		require.Zero(t, locks, "no advisory lock left on the backend")
-		var n int
-		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pgadvisory.current_leader($1)`, lock).Scan(&n))
-		require.Zero(t, n, "current_leader confirms no backend for a lease")
+		leaders := func() []string {
+			rows, err := db.Query(`SELECT format('%s/%s/%s', holder, term, pid) FROM pgadvisory.current_leader($1)`, lock)
+			require.NoError(t, err)
+			defer rows.Close()
+			var out []string
+			for rows.Next() {
+				var s string
+				require.NoError(t, rows.Scan(&s))
+				out = append(out, s)
+			}
+			require.NoError(t, rows.Err())
+			return out
+		}
+		lease := fmt.Sprintf("a/%d/0", term)
+		require.Equal(t, []string{lease}, leaders(), "current_leader reports the lease, with pid 0: no backend")
 		_, err = c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lock)
 		require.NoError(t, err)
-		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pgadvisory.current_leader($1)`, lock).Scan(&n))
-		require.Zero(t, n, "not even while the backend that took the lease holds the lock for something else")
+		require.Equal(t, []string{lease}, leaders(), "not the backend that took the lease, while it holds the lock for something else")
 		_, err = c.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, lock)
 		require.NoError(t, err)
 		require.True(t, release(t, db, lock, secret))
+		require.Empty(t, leaders(), "released: no leader")
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 type Leader struct {
 	Holder string    // WithHolder's name, default "<host>/<pid>"
 	Term   int64     // the leader's term: the lock's published fencing token
-	PID    int32     // the server backend holding the lock
-	Since  time.Time // when it was elected (server clock)
+	PID    int32     // the server backend holding the lock; 0 for a lease leader ([WithLease]), which no backend holds
+	Since  time.Time // when it was elected, or took its lease (server clock)
 }
 
 func currentLeader(ctx context.Context, db *sql.DB, lockID int64, name string) (Leader, error) {

@@ -297,7 +297,9 @@ var inCampaign = optionFunc(func(c *callState) { c.campaign = true })
 // before the election, so a reused pid is not mistaken for it), holds the
 // lock in exclusive mode, and its term is the lock's published token. The
 // check runs on the server in one statement (pgadvisory.current_leader),
-// which needs no privilege on lockgen's tables.
+// which needs no privilege on lockgen's tables. A lease leader
+// ([WithLease]) is reported, with PID 0, while its lease is held, has not
+// expired on the database's clock and its term is the published token.
 //
 // The answer can be out of date by the time it arrives: use it to show or
 // route, never as permission to act as the leader (that is what the term
