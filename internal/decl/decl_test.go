@@ -332,6 +332,10 @@ func TestCheckRenameAndIDChangeRules(t *testing.T) {
 	err = decl.Check(parse(t, retyped), hist)
 	require.ErrorContains(t, err, "on_id_change: new_id", "a parameter's type changed: every ID changed")
 	require.NoError(t, decl.Check(parse(t, retyped+"    on_id_change: new_id\n"), hist), "control: the change is declared")
+
+	hist = decl.History{"billing.invoice": {Name: "billing.invoice", ID: keyspace.ID("billing.invoice")}}
+	err = decl.Check(parse(t, retyped), hist)
+	require.ErrorContains(t, err, `lock "billing.invoice" was emitted with no parameters and now has parameters (string)`)
 }
 
 // TestParseParamsAndDocRules: a parameter name given twice, and two names

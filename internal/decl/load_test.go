@@ -2,6 +2,7 @@ package decl_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,4 +92,41 @@ func TestLoadNotesWhatWentUnchecked(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, loaded.Output.Exists)
 	require.False(t, loaded.Output.CRLF)
+}
+
+// TestLoadFromGitHead: in a git work tree whose HEAD has the declarations
+// but no output yet (the first generate), Load finds no history and says
+// so; it does not take the missing output for an empty one. The control:
+// once HEAD has the output, its manifest is the history (a lock it emitted
+// is then missing).
+func TestLoadFromGitHead(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+	}
+	yaml := filepath.Join(dir, "locks.yaml")
+	require.NoError(t, os.WriteFile(yaml, []byte("version: \"1\"\npackage: locks\nlocks:\n  - name: reports.weekly\n"), 0o644))
+	git("init", "-q")
+	git("add", "locks.yaml")
+	git("commit", "-q", "-m", "declarations")
+
+	loaded, err := decl.Load(yaml, decl.LoadOptions{})
+	require.NoError(t, err)
+	require.Contains(t, loaded.Unchecked, "no earlier output")
+
+	out := filepath.Join(dir, "locks_gen.go")
+	previous := decl.GeneratedHeader + "\n\npackage locks\n\n" + decl.ManifestStart + "\n" +
+		decl.Emitted{Name: "reports.week", ID: 1}.ManifestLine() + "\n"
+	require.NoError(t, os.WriteFile(out, []byte(previous), 0o644))
+	git("add", "locks_gen.go")
+	git("commit", "-q", "-m", "output")
+	require.NoError(t, os.Remove(out))
+	_, err = decl.Load(yaml, decl.LoadOptions{})
+	require.ErrorContains(t, err, `lock "reports.week" was emitted before and is now missing`, "control: HEAD's output is the history")
 }
