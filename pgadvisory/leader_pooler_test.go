@@ -69,6 +69,15 @@ func TestLeadThroughDeclaredSessionPooler(t *testing.T) {
 				return nil
 			}, declared))
 			require.Empty(t, w.Holds(t, key))
+
+			// The same declaration for a whole Locker: WithSessionModePooler.
+			pooled := d.WithLocker(pgadvisory.WithSessionModePooler())
+			require.NoError(t, pooled.Lead(ctx, key, func(ctx context.Context, term int64) error {
+				require.Equal(t, term, fencing.Published(t, admin, key))
+				return nil
+			}))
+			require.NoError(t, pooled.RunSession(ctx, key, func(context.Context) error { return nil }))
+			require.Empty(t, w.Holds(t, key))
 		})
 	}
 }
