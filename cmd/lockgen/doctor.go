@@ -39,11 +39,12 @@ one line per check: pass, warn or fail, the evidence, and the fix. It exits
 	exclusive  transaction locks: RunExclusive, RunOnce, fencing
 	session    session locks: RunSession
 	lead       leader election: Lead, Campaign
+	lease      leader election with leases: Lead with WithLease
 	migrate    pgadvisory.Migrate at start-up, with this URL and role
 
 Without -uses every one is checked for. Behind a transaction pooler (PgBouncer's
-pool_mode=transaction) transaction locks work and the others do not, so
--uses exclusive lets such a service pass. The pooler probe can prove
+pool_mode=transaction) transaction locks and leases work and the others do
+not, so -uses exclusive,lease lets such a service pass. The pooler probe can prove
 transaction pooling, never session pooling: through a pooler it cannot
 prove, session-level uses warn.
 
@@ -55,7 +56,7 @@ session lock.
 	flags: func(c *cli, fs *flag.FlagSet) {
 		dbFlag(c, fs)
 		fs.StringVar(&c.file, "f", "", "declarations `file`, for the registry and lock_table checks")
-		fs.StringVar(&c.db.uses, "uses", "", "the entry points the service calls: a comma-separated `LIST` of exclusive, session, lead, migrate (default: all)")
+		fs.StringVar(&c.db.uses, "uses", "", "the entry points the service calls: a comma-separated `LIST` of exclusive, session, lead, lease, migrate (default: all)")
 		fs.BoolVar(&c.db.json, "json", false, "print JSON for tools")
 	},
 	run: func(c *cli, fs *flag.FlagSet) int {

@@ -91,12 +91,12 @@ func TestDoctorCommandUses(t *testing.T) {
 			continue
 		}
 		require.Equal(t, exitOK, code, out)
-		require.Regexp(t, `(?m)^pass  pooler: .*these work: transaction locks \(RunExclusive, RunOnce, fencing\) \[used\]; these do not: session locks \(RunSession\), leader election \(Lead, Campaign\), pgadvisory.Migrate`, out)
+		require.Regexp(t, `(?m)^pass  pooler: .*these work: transaction locks \(RunExclusive, RunOnce, fencing\) \[used\], leases \(Lead with WithLease\); these do not: session locks \(RunSession\), leader election \(Lead, Campaign\), pgadvisory.Migrate`, out)
 		require.Regexp(t, `(?m)^pass  exclusion: transaction locks \(RunExclusive\) exclude too`, out)
 	}
 	code, _, errOut = lockgen("doctor", "-db", bouncer, "-uses", "exclusive,leases")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, `lockgen doctor: -uses: unknown use "leases"; want a comma-separated list of exclusive, session, lead, migrate`)
+	require.Contains(t, errOut, `lockgen doctor: -uses: unknown use "leases"; want a comma-separated list of exclusive, session, lead, lease, migrate`)
 }
 
 // TestDoctorCommandReadsDeclarations: with -f the registry check compares

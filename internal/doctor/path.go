@@ -76,7 +76,7 @@ func txPoolerExclusion(ctx context.Context, e *env, p *probe, a, b *sql.Conn) Ch
 		return Check{Status: Fail,
 			Detail: fmt.Sprintf("session locks exclude nobody reliably here: the pooler probe proved transaction pooling (%s), so a session lock stays on a server connection that other clients then use (and are granted it again), and its unlock can run on another server connection (\"you don't own a lock\"), leaking it; no session lock was taken, so none leaked; %s; %s",
 				p.evidence(), x.text, e.usesText()),
-			Fix: "give session locks, leader election and Migrate a direct URL or a pool in pool_mode=session; if this service uses only transaction locks, say so: lockgen doctor -uses exclusive"}
+			Fix: "give session locks, leader election and Migrate a direct URL or a pool in pool_mode=session, or lead with WithLease, which works here; if this service uses only transaction locks and leases, say so: lockgen doctor -uses exclusive,lease"}
 	}
 	detail := fmt.Sprintf("%s; session locks were not tried: transaction pooling was proven and no declared use needs them (%s)", x.text, e.usesText())
 	switch x.outcome {

@@ -88,6 +88,7 @@ func TestPoolerFailsOnTransactionPoolingWithRoundRobin(t *testing.T) {
 	requireStatus(t, c, doctor.Fail, "one client's statements ran in more than one server session", "pool_mode=transaction",
 		"these do not: session locks (RunSession), leader election (Lead, Campaign), pgadvisory.Migrate", "checked for every entry point")
 	require.Contains(t, c.Fix, "-uses exclusive")
+	require.Contains(t, c.Fix, "lead with WithLease", "the fix names what leads through a transaction pooler")
 	requireStatus(t, run(t, url, doctor.Exclusion, everyUse), doctor.Fail,
 		"session locks exclude nobody reliably here", "you don't own a lock", "no session lock was taken", "transaction locks (RunExclusive) exclude too")
 

@@ -178,7 +178,7 @@ func checkPooler(ctx context.Context, e *env) Check {
 			via, strings.Join(how, " and "), ev, e.txPoolerUses(), e.usesText())
 		if e.needsSessionPath() {
 			return Check{Status: Fail, Detail: detail,
-				Fix: "give session locks, leader election and Migrate a direct URL or a pool in pool_mode=session; if this service uses only transaction locks, say so: lockgen doctor -uses exclusive"}
+				Fix: "give session locks, leader election and Migrate a direct URL or a pool in pool_mode=session, or lead with WithLease, which works here; if this service uses only transaction locks and leases, say so: lockgen doctor -uses exclusive,lease"}
 		}
 		return Check{Status: Pass, Detail: detail}
 	case p.proxied():
