@@ -186,6 +186,9 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 	var term sql.NullInt64
 	args := []any{id, c.holder, secret, intervalText(c.lease), lockTimeoutSetting(defaultPublishTimeout)}
 	if err := leaseQuery(ctx, pool, leaseAcquireSQL, args, &term); err != nil {
+		if SQLState(err) == "25006" { // lease_acquire on a hot standby
+			return c.refusal(ctx, "begin", ErrStandby, err)
+		}
 		return c.failure(ctx, "elect", err)
 	}
 	if !term.Valid {

@@ -399,3 +399,55 @@ func TestLeaseCurrentLeader(t *testing.T) {
 	_, err = reader.CurrentLeader(ctx, lock)
 	require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "released: no leader")
 }
+
+// TestLeaseSurvivesKilledBackends: a lease holds no backend, so killing
+// every backend of the holder's pool while fn runs loses nothing: the next
+// renewal runs on a new connection and the lease is kept past its ttl. The
+// control, a session-lock leadership on the same pool, is lost
+// (ErrLockLost) when its backend is killed.
+func TestLeaseSurvivesKilledBackends(t *testing.T) {
+	admin := migrated.DB(t)
+	ctx := testdb.Context(t)
+	pool := testdb.Pool(t)
+	l, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithDefaultHolder("killed"))
+	require.NoError(t, err)
+	var pids []int32
+	const ttl = time.Second
+	for _, lease := range []bool{true, false} {
+		key := testdb.Key(t)
+		opts := []pgadvisory.Option{pgadvisory.WithCheckInterval(100 * time.Millisecond)}
+		if lease {
+			opts = []pgadvisory.Option{pgadvisory.WithLease(ttl)}
+		}
+		err := l.Lead(ctx, pgadvisory.ID(key), func(fctx context.Context, term int64) error {
+			pids = pids[:0]
+			for _, c := range pool.AcquireAllIdle(ctx) {
+				pids = append(pids, int32(c.Conn().PgConn().PID()))
+				c.Release()
+			}
+			if !lease {
+				var holder int32
+				require.NoError(t, admin.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+					AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&holder))
+				pids = append(pids, holder)
+			}
+			require.NotEmpty(t, pids)
+			_, err := admin.Exec(`SELECT pg_terminate_backend(p) FROM unnest($1::int[]) AS p`, pids)
+			require.NoError(t, err)
+			select {
+			case <-fctx.Done():
+				return context.Cause(fctx)
+			case <-time.After(2 * ttl):
+			}
+			got, err := l.CurrentLeader(ctx, pgadvisory.ID(key))
+			require.NoError(t, err)
+			require.Equal(t, term, got.Term)
+			return nil
+		}, opts...)
+		if lease {
+			require.NoError(t, err, "the lease outlived its pool's backends")
+		} else {
+			require.ErrorIs(t, err, pgadvisory.ErrLockLost, "control: the session-lock leader lost its backend")
+		}
+	}
+}
