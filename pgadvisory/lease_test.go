@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
@@ -450,4 +451,92 @@ func TestLeaseSurvivesKilledBackends(t *testing.T) {
 			require.ErrorIs(t, err, pgadvisory.ErrLockLost, "control: the session-lock leader lost its backend")
 		}
 	}
+}
+
+// TestLeaseThreeCandidatesThroughPgBouncer: three Lockers (a database/sql
+// and two pgx pools, through two PgBouncers in transaction mode) compete
+// for one lease over many leaderships, retrying at once when refused: never
+// two fn bodies at once, every term greater than the one before and the
+// lock's published token while its fn runs, and every leader's fenced write
+// accepted (the fenced counter counts every leadership once).
+func TestLeaseThreeCandidatesThroughPgBouncer(t *testing.T) {
+	admin := migrated.DB(t)
+	e1 := newPgBouncerPools(t, "exec")
+	e2 := newPgBouncerPools(t, "simple_protocol")
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	lock := pgadvisory.ID(key)
+	tbl := fencing.Table(t, admin, testdb.Schema(t), "counter", key, "strict")
+	require.NoError(t, fencing.Write(admin, fencing.Publish(t, admin, key), `INSERT INTO `+tbl+` (id, balance) VALUES (1, 0)`))
+
+	type candidate struct {
+		lead  func(func(context.Context, int64) error) error
+		write func(term int64) error
+	}
+	update := `UPDATE ` + tbl + ` SET balance = balance + 1 WHERE id = 1`
+	var cands []candidate
+	for _, db := range []*sql.DB{e1.db} {
+		l, err := pgadvisory.New(pgadvisory.Stdlib(db))
+		require.NoError(t, err)
+		cands = append(cands, candidate{
+			lead: func(fn func(context.Context, int64) error) error {
+				return l.Lead(ctx, lock, fn, pgadvisory.WithLease(time.Second))
+			},
+			write: func(term int64) error {
+				return l.RunFenced(ctx, term, func(tx *sql.Tx) error { _, err := tx.ExecContext(ctx, update); return err })
+			},
+		})
+	}
+	for _, p := range []*pgxpool.Pool{e1.pool, e2.pool} {
+		l, err := pgadvisory.New(pgadvisory.Pgx(p))
+		require.NoError(t, err)
+		cands = append(cands, candidate{
+			lead: func(fn func(context.Context, int64) error) error {
+				return l.Lead(ctx, lock, fn, pgadvisory.WithLease(time.Second))
+			},
+			write: func(term int64) error {
+				return l.RunFenced(ctx, term, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, update); return err })
+			},
+		})
+	}
+
+	const leaderships = 30
+	var led, inside atomic.Int32
+	var last atomic.Int64
+	errs := make(chan error, len(cands))
+	for _, c := range cands {
+		go func() {
+			for led.Load() < leaderships {
+				err := c.lead(func(fctx context.Context, term int64) error {
+					if n := inside.Add(1); n != 1 {
+						return fmt.Errorf("%d fn bodies at once", n)
+					}
+					defer inside.Add(-1)
+					if prev := last.Swap(term); term <= prev {
+						return fmt.Errorf("term %d after %d", term, prev)
+					}
+					if pub := fencing.Published(t, admin, key); pub != term {
+						return fmt.Errorf("term %d, published %d", term, pub)
+					}
+					if err := c.write(term); err != nil {
+						return err
+					}
+					led.Add(1)
+					time.Sleep(5 * time.Millisecond)
+					return nil
+				})
+				if err != nil && !errors.Is(err, pgadvisory.ErrLocked) {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range cands {
+		require.NoError(t, <-errs)
+	}
+	n := int(led.Load())
+	require.GreaterOrEqual(t, n, leaderships)
+	require.Equal(t, int64(n), fencing.Rows(t, admin, tbl)[1].Balance, "every leadership's fenced write, once")
 }
