@@ -107,18 +107,28 @@ func (c *callState) poolerHint(detail error) error {
 // leaseState is what a Locker keeps of its leases: its owner secret (one
 // per Locker: it renews and releases only this Locker's leases) and the
 // leases it holds, renewed together by one goroutine while there are any.
+// The package-level functions (deprecated) share one state over all their
+// pools: a lease is known by its pool and lock ID, and renewals are grouped
+// by pool and ttl.
 type leaseState struct {
 	mu      sync.Mutex
 	secret  string
-	holds   map[int64]*leaseHold
-	pool    any // *sql.DB or *pgxpool.Pool
+	holds   map[leaseKey]*leaseHold
 	running bool
 	kick    chan struct{}
+}
+
+// leaseKey names a held lease: its pool (*sql.DB or *pgxpool.Pool) and
+// lock ID.
+type leaseKey struct {
+	pool any
+	id   int64
 }
 
 // leaseHold is one held lease.
 type leaseHold struct {
 	c        *callState
+	pool     any
 	id       int64
 	ttl      time.Duration
 	deadline time.Time // ttl after the last successful acquisition or renewal was sent (monotonic)
@@ -127,6 +137,9 @@ type leaseHold struct {
 	cancel   context.CancelCauseFunc
 	lost     error
 }
+
+// key is h's key in leaseState.holds.
+func (h *leaseHold) key() leaseKey { return leaseKey{h.pool, h.id} }
 
 // margin is how long before its deadline a lease counts as lost.
 func (h *leaseHold) margin() time.Duration { return h.ttl / 10 }
@@ -200,8 +213,8 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
 
 	workCtx, cancel := context.WithCancelCause(ctx)
-	h := &leaseHold{c: c, id: id, ttl: c.lease, deadline: start.Add(c.lease), next: start.Add(c.lease / 3), cancel: cancel}
-	st.add(h, pool)
+	h := &leaseHold{c: c, pool: pool, id: id, ttl: c.lease, deadline: start.Add(c.lease), next: start.Add(c.lease / 3), cancel: cancel}
+	st.add(h)
 	defer func() {
 		lost := st.remove(h)
 		cancel(nil)
@@ -229,15 +242,19 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 
 // add starts holding h: its deadline timer, and the renewer if it is not
 // running.
-func (s *leaseState) add(h *leaseHold, pool any) {
+func (s *leaseState) add(h *leaseHold) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.holds == nil {
-		s.holds = map[int64]*leaseHold{}
+		s.holds = map[leaseKey]*leaseHold{}
 		s.kick = make(chan struct{}, 1)
 	}
-	s.holds[h.id] = h
-	s.pool = pool
+	if old := s.holds[h.key()]; old != nil && old.lost == nil {
+		// Its lease expired on the database before this one could be
+		// taken: its own deadline has passed too.
+		s.lose(old, errors.New("pgadvisory: the lease was taken again by this Locker after it expired"))
+	}
+	s.holds[h.key()] = h
 	h.timer = time.AfterFunc(time.Until(h.deadline)-h.margin(), func() { s.expire(h) })
 	if !s.running {
 		s.running = true
@@ -253,8 +270,8 @@ func (s *leaseState) add(h *leaseHold, pool any) {
 func (s *leaseState) remove(h *leaseHold) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.holds[h.id] == h {
-		delete(s.holds, h.id)
+	if s.holds[h.key()] == h {
+		delete(s.holds, h.key())
 	}
 	h.timer.Stop()
 	select { // the renewer recounts what it renews, and ends when nothing is left
@@ -269,7 +286,7 @@ func (s *leaseState) remove(h *leaseHold) error {
 func (s *leaseState) expire(h *leaseHold) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.holds[h.id] != h || h.lost != nil {
+	if h.lost != nil {
 		return
 	}
 	if left := time.Until(h.deadline) - h.margin(); left > 0 {
@@ -317,23 +334,28 @@ func (s *leaseState) renewer() {
 	}
 }
 
-// renew sends one renewal per ttl for the leases held now.
+// renew sends one renewal per pool and ttl for the leases held now.
 func (s *leaseState) renew() {
+	type group struct {
+		pool any
+		ttl  time.Duration
+	}
 	s.mu.Lock()
-	groups := map[time.Duration][]*leaseHold{}
+	groups := map[group][]*leaseHold{}
 	for _, h := range s.holds {
 		if h.lost == nil {
-			groups[h.ttl] = append(groups[h.ttl], h)
+			g := group{h.pool, h.ttl}
+			groups[g] = append(groups[g], h)
 		}
 	}
-	pool, secret := s.pool, s.secret
+	secret := s.secret
 	s.mu.Unlock()
-	for ttl, hs := range groups {
-		s.renewGroup(pool, secret, ttl, hs)
+	for g, hs := range groups {
+		s.renewGroup(g.pool, secret, g.ttl, hs)
 	}
 }
 
-// renewGroup renews hs, leases of one ttl, in one statement.
+// renewGroup renews hs, leases of one pool and ttl, in one statement.
 func (s *leaseState) renewGroup(pool any, secret string, ttl time.Duration, hs []*leaseHold) {
 	ids := make([]string, len(hs))
 	var first time.Time
@@ -368,7 +390,7 @@ func (s *leaseState) renewGroup(pool any, secret string, ttl time.Duration, hs [
 		}
 	}
 	for _, h := range hs {
-		if s.holds[h.id] != h || h.lost != nil {
+		if s.holds[h.key()] != h || h.lost != nil {
 			continue
 		}
 		if !still[h.id] {

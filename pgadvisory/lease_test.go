@@ -540,3 +540,42 @@ func TestLeaseThreeCandidatesThroughPgBouncer(t *testing.T) {
 	require.GreaterOrEqual(t, n, leaderships)
 	require.Equal(t, int64(n), fencing.Rows(t, admin, tbl)[1].Balance, "every leadership's fenced write, once")
 }
+
+// TestLeasePackageFunctionsTwoDatabases: the package-level Lead
+// (deprecated) shares one lease state over all pools: two leases of the
+// same lock ID on two databases are both held and renewed, each on its own
+// pool, for several ttls (each fn checks its lease on its database).
+func TestLeasePackageFunctionsTwoDatabases(t *testing.T) {
+	ctx := testdb.Context(t)
+	db1 := migrated.DB(t)
+	db2 := migrated.UpTo(t, 9)
+	key := testdb.Key(t)
+	const ttl = time.Second
+	errs := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	for _, db := range []*sql.DB{db1, db2} {
+		go func() {
+			errs <- pgadvisory.Lead(ctx, db, key, func(fctx context.Context, term int64) error {
+				started <- struct{}{}
+				select {
+				case <-fctx.Done():
+					return context.Cause(fctx)
+				case <-time.After(3 * ttl):
+				}
+				var held bool
+				if err := db.QueryRowContext(ctx, `SELECT expires_at > clock_timestamp() FROM pgadvisory.lease WHERE lock_id = $1`, key).Scan(&held); err != nil {
+					return err
+				}
+				if !held {
+					return fmt.Errorf("fn ran on after its lease expired on the database (term %d)", term)
+				}
+				return nil
+			}, pgadvisory.WithLease(ttl))
+		}()
+	}
+	<-started
+	<-started
+	for range 2 {
+		require.NoError(t, <-errs, "each lease renewed on its own pool")
+	}
+}
