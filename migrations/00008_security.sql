@@ -18,8 +18,13 @@
 --     and whose text form no session setting changes (fencing_token bigint;
 --     parameter columns smallint, integer, bigint, text, varchar, uuid or
 --     boolean), checked when the trigger fires (ALTER TABLE can change a
---     column's type after registration). Comparisons of row values are
---     written OPERATOR(pg_catalog.=) and so on.
+--     column's type after registration).
+--   * Every operator in every function body is written
+--     OPERATOR(pg_catalog.op), the search_path pinned or not; IN lists are
+--     OPERATOR(pg_catalog.=) ANY (ARRAY[...]) and CASE is searched (CASE
+--     WHEN ...). Only IS [NOT] DISTINCT FROM, which has no qualified
+--     spelling, resolves "=" by name, through the pinned search_path, on
+--     built-in types.
 --   * Which tables are fenced, with which lock, policy and parameter
 --     columns, is pgadvisory.fenced_table, written only through
 --     fence_register and fence_unregister (EXECUTE only for the owner and
@@ -61,9 +66,10 @@
 -- Functions this migration redefines (CREATE OR REPLACE; Down restores the
 -- previous versions): fence_require_current, fence_check, fence_check_param,
 -- fence_truncate_guard, fence_stamp, fence_check_statement, fence_acquire,
--- leader_elect, run_once_finish. It pins the search_path of lock_id,
--- valid_lock_name, register_instance and fence_handover with ALTER
--- FUNCTION (current_leader's was pinned by 00007), and adds fenced_table,
+-- leader_elect, run_once_finish, and lock_id, valid_lock_name,
+-- register_instance and fence_handover (their search_path pinned, their
+-- operators qualified; current_leader's search_path was pinned by 00007),
+-- and adds fenced_table,
 -- fence_table_verify, fence_register, fence_unregister and fence_advance
 -- (after restoring a copy of the database: moves the token sequence past
 -- every token the copy could have handed out).
@@ -195,13 +201,13 @@ DECLARE
     v_null boolean;
 BEGIN
     IF p_table IS NULL OR p_lock IS NULL OR p_policy IS NULL OR p_columns IS NULL
-       OR p_policy NOT IN ('strict', 'permissive') THEN
+       OR p_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive']) THEN
         RAISE EXCEPTION 'pgadvisory: fence_register needs a table, a lock, the policy ''strict'' or ''permissive'' and the parameter columns (got %, %, %, %)',
             p_table, p_lock, p_policy, p_columns
             USING ERRCODE = '22023';
     END IF;
     IF pg_catalog.cardinality(p_columns) OPERATOR(pg_catalog.=) 0 THEN
-        IF p_lock !~ '^-?[0-9]{1,19}$' THEN
+        IF p_lock OPERATOR(pg_catalog.!~) '^-?[0-9]{1,19}$' THEN
             RAISE EXCEPTION 'pgadvisory: fence_register: % is fenced by a plain lock, given by its ID; got %', p_table, p_lock
                 USING ERRCODE = '22023';
         END IF;
@@ -210,7 +216,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     SELECT a.atttypid INTO v_type FROM pg_catalog.pg_attribute AS a
-    WHERE a.attrelid = p_table AND a.attname = 'fencing_token' AND NOT a.attisdropped;
+    WHERE a.attrelid OPERATOR(pg_catalog.=) p_table AND a.attname OPERATOR(pg_catalog.=) 'fencing_token' AND NOT a.attisdropped;
     IF v_type IS DISTINCT FROM 'pg_catalog.int8'::pg_catalog.regtype THEN
         RAISE EXCEPTION 'pgadvisory: fence_register: % has no fencing_token bigint column', p_table
             USING ERRCODE = '42804';
@@ -218,12 +224,12 @@ BEGIN
     FOREACH v_col IN ARRAY p_columns LOOP
         v_type := NULL;
         SELECT a.atttypid, NOT a.attnotnull INTO v_type, v_null FROM pg_catalog.pg_attribute AS a
-        WHERE a.attrelid = p_table AND a.attname::text = v_col AND a.attnum > 0 AND NOT a.attisdropped;
+        WHERE a.attrelid OPERATOR(pg_catalog.=) p_table AND a.attname::text OPERATOR(pg_catalog.=) v_col AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
         IF v_type IS NULL THEN
             RAISE EXCEPTION 'pgadvisory: fence_register: % has no column %', p_table, v_col
                 USING ERRCODE = '42703';
         END IF;
-        IF v_type <> ALL (ARRAY['pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8', 'pg_catalog.text',
+        IF v_type OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8', 'pg_catalog.text',
                 'pg_catalog.varchar', 'pg_catalog.uuid', 'pg_catalog.bool']::pg_catalog.regtype[]::pg_catalog.oid[]) THEN
             RAISE EXCEPTION 'pgadvisory: fence_register: column % of % is %: a parameter column must be smallint, integer, bigint, text, varchar, uuid or boolean, whose text no session setting changes',
                 v_col, p_table, v_type::pg_catalog.regtype
@@ -237,7 +243,7 @@ BEGIN
     END LOOP;
     -- Rows of dropped tables go, so that no new table inherits their OID's listing.
     DELETE FROM pgadvisory.fenced_table AS ft
-    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = ft.relid);
+    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) ft.relid);
     INSERT INTO pgadvisory.fenced_table AS ft (relid, lock, policy, columns)
     VALUES (p_table, p_lock, p_policy, p_columns)
     ON CONFLICT (relid) DO UPDATE
@@ -260,7 +266,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DELETE FROM pgadvisory.fenced_table AS ft WHERE ft.relid = p_table;
+DELETE FROM pgadvisory.fenced_table AS ft WHERE ft.relid OPERATOR(pg_catalog.=) p_table;
 $$;
 -- +goose StatementEnd
 
@@ -314,17 +320,17 @@ DECLARE
     v_policy text   := TG_ARGV[1];
     v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
 BEGIN
-    IF TG_NARGS < 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy NOT IN ('strict', 'permissive') THEN
+    IF TG_NARGS OPERATOR(pg_catalog.<) 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive']) THEN
         RAISE EXCEPTION 'pgadvisory: fence_stamp on %.% needs the arguments (lock, ''strict'' or ''permissive'', parameter column, ...)',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
     IF v_tok IS NULL THEN
-        IF v_policy = 'strict' THEN
+        IF v_policy OPERATOR(pg_catalog.=) 'strict' THEN
             RAISE EXCEPTION 'pgadvisory: % on %.% carries no fencing token (lock %): take the lock with pgadvisory.WithFencing() (fencing: true in locks.yaml) and write through its transaction, or carry a holder''s token with pgadvisory.RunFenced or SetFencingToken', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
                 USING ERRCODE = 'LF002',
                       HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
         END IF;
-    ELSIF TG_OP = 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
+    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
         -- The row's stamp may be the current token: the message names none.
         RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries a newer token (lock %)',
             v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
@@ -361,8 +367,8 @@ DECLARE
     v_params text[];
     v_sql    text;
 BEGIN
-    IF TG_NARGS < 2 OR v_lock IS NULL OR v_policy IS NULL OR v_policy NOT IN ('strict', 'permissive')
-       OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'AFTER' THEN
+    IF TG_NARGS OPERATOR(pg_catalog.<) 2 OR v_lock IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive'])
+       OR TG_LEVEL OPERATOR(pg_catalog.<>) 'STATEMENT' OR TG_WHEN OPERATOR(pg_catalog.<>) 'AFTER' THEN
         RAISE EXCEPTION 'pgadvisory: fence_check_statement on %.% is an AFTER ... FOR EACH STATEMENT trigger with the arguments (lock, ''strict'' or ''permissive'', parameter column, ...)',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
@@ -371,12 +377,12 @@ BEGIN
     --    bigint (pg_typeof reads the type, never a value) passes in one
     --    query: this runs in every fenced write. Anything else goes to
     --    fence_table_verify, which also says what is wrong.
-    IF TG_NARGS = 2 AND TG_OP = 'DELETE' THEN
+    IF TG_NARGS OPERATOR(pg_catalog.=) 2 AND TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         -- A plain lock's DELETE reads no value of the rows.
         SELECT 20 INTO v_type FROM pgadvisory.fenced_table AS ft
         WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
           AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::text[];
-    ELSIF TG_NARGS = 2 THEN
+    ELSIF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
         SELECT (SELECT pg_catalog.pg_typeof(n.fencing_token)::pg_catalog.oid FROM fence_new AS n LIMIT 1) INTO v_type
         FROM pgadvisory.fenced_table AS ft
         WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
@@ -388,7 +394,7 @@ BEGIN
     -- 1. A statement that wrote no row changed nothing. Otherwise the rows
     --    as written must carry the transaction's token as their stamp (a
     --    trigger that ran after lockgen's row trigger could change it).
-    IF TG_OP = 'DELETE' THEN
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         SELECT EXISTS (SELECT FROM fence_old) INTO v_rows;
     ELSE
         SELECT true, n.fencing_token IS DISTINCT FROM v_tok INTO v_rows, v_bad
@@ -398,7 +404,7 @@ BEGIN
         RETURN NULL;
     END IF;
     -- 2. No token: strict refuses; permissive lets the rows pass, stamped NULL.
-    IF v_tok IS NULL AND v_policy = 'strict' THEN
+    IF v_tok IS NULL AND v_policy OPERATOR(pg_catalog.=) 'strict' THEN
         RAISE EXCEPTION 'pgadvisory: % on %.% carries no fencing token (lock %): take the lock with pgadvisory.WithFencing() (fencing: true in locks.yaml) and write through its transaction, or carry a holder''s token with pgadvisory.RunFenced or SetFencingToken', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
             USING ERRCODE = 'LF002',
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
@@ -414,7 +420,7 @@ BEGIN
     -- 3. Once per distinct lock of the rows: the token must be the lock's
     --    published token, whose fence row stays locked FOR SHARE to the end
     --    of the transaction (the next holder's publish waits for this write).
-    IF TG_NARGS = 2 THEN
+    IF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
         v_id := v_lock::bigint;
         SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) v_id FOR SHARE;
         IF v_cur IS NULL OR v_cur OPERATOR(pg_catalog.<>) v_tok THEN
@@ -426,21 +432,21 @@ BEGIN
         RETURN NULL;
     END IF;
     SELECT pg_catalog.string_agg(pg_catalog.format('%I::pg_catalog.text', c), ', ') INTO v_cols
-    FROM pg_catalog.unnest(TG_ARGV[2:TG_NARGS - 1]) AS c;
+    FROM pg_catalog.unnest(TG_ARGV[2:TG_NARGS OPERATOR(pg_catalog.-) 1]) AS c;
     -- The parameter tuples of the written rows, new and old: a row that
     -- moves to another lock (UPDATE) or goes (DELETE) needs its lock's
     -- token too. A NULL parameter in any of them is LF005: such a row
     -- belongs to no lock, and no token may speak for it.
-    v_sql := CASE TG_OP
-        WHEN 'INSERT' THEN pg_catalog.format('SELECT ARRAY[%s] FROM fence_new', v_cols)
-        WHEN 'DELETE' THEN pg_catalog.format('SELECT ARRAY[%s] FROM fence_old', v_cols)
+    v_sql := CASE
+        WHEN TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN pg_catalog.format('SELECT ARRAY[%s] FROM fence_new', v_cols)
+        WHEN TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN pg_catalog.format('SELECT ARRAY[%s] FROM fence_old', v_cols)
         ELSE pg_catalog.format('SELECT ARRAY[%1$s] FROM fence_new UNION SELECT ARRAY[%1$s] FROM fence_old', v_cols)
     END;
-    v_sql := 'SELECT DISTINCT r.ps FROM (' || v_sql || ') AS r(ps) ORDER BY r.ps';
+    v_sql := 'SELECT DISTINCT r.ps FROM (' OPERATOR(pg_catalog.||) v_sql OPERATOR(pg_catalog.||) ') AS r(ps) ORDER BY r.ps';
     FOR v_params IN EXECUTE v_sql LOOP
         IF pg_catalog.array_position(v_params, NULL) IS NOT NULL THEN
             RAISE EXCEPTION 'pgadvisory: % on %.%: column % is NULL in a row written or removed, but it is parameter % of lock %',
-                TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1 + pg_catalog.array_position(v_params, NULL)],
+                TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1 OPERATOR(pg_catalog.+) pg_catalog.array_position(v_params, NULL)],
                 pg_catalog.array_position(v_params, NULL), v_lock
                 USING ERRCODE = 'LF005',
                       HINT = 'A parameter column of a fenced table must be NOT NULL.';
@@ -479,16 +485,16 @@ DECLARE
     v_policy text   := TG_ARGV[1];
     v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
 BEGIN
-    IF TG_NARGS <> 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy NOT IN ('strict', 'permissive')
-       OR TG_LEVEL <> 'ROW' THEN
+    IF TG_NARGS OPERATOR(pg_catalog.<>) 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive'])
+       OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW' THEN
         RAISE EXCEPTION 'pgadvisory: fence_check on %.% needs the arguments (lock ID, ''strict'' or ''permissive'')',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
     PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check', TG_ARGV, true);
     v_lock := TG_ARGV[0]::bigint;
     IF v_tok IS NULL THEN
-        IF v_policy = 'permissive' THEN
-            IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+        IF v_policy OPERATOR(pg_catalog.=) 'permissive' THEN
+            IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN RETURN OLD; END IF;
             NEW.fencing_token := NULL;
             RETURN NEW;
         END IF;
@@ -496,13 +502,13 @@ BEGIN
             USING ERRCODE = 'LF002',
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
     END IF;
-    IF TG_OP <> 'INSERT' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
+    IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
         RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries a newer token (lock %)',
             v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
             USING ERRCODE = 'LF001';
     END IF;
     PERFORM pgadvisory.fence_require_current(v_lock, v_tok, NULL, NULL);
-    IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN RETURN OLD; END IF;
     NEW.fencing_token := v_tok;
     RETURN NEW;
 END
@@ -534,15 +540,15 @@ DECLARE
     v_col    text;
     v_val    text;
 BEGIN
-    IF TG_NARGS < 3 OR v_name IS NULL OR v_policy IS NULL OR v_policy NOT IN ('strict', 'permissive')
-       OR TG_LEVEL <> 'ROW' THEN
+    IF TG_NARGS OPERATOR(pg_catalog.<) 3 OR v_name IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive'])
+       OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW' THEN
         RAISE EXCEPTION 'pgadvisory: fence_check_param on %.% needs the arguments (lock name, ''strict'' or ''permissive'', parameter column, ...)',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
     PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_param', TG_ARGV, true);
     IF v_tok IS NULL THEN
-        IF v_policy = 'permissive' THEN
-            IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+        IF v_policy OPERATOR(pg_catalog.=) 'permissive' THEN
+            IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN RETURN OLD; END IF;
             NEW.fencing_token := NULL;
             RETURN NEW;
         END IF;
@@ -550,41 +556,41 @@ BEGIN
             USING ERRCODE = 'LF002',
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
     END IF;
-    IF TG_OP <> 'INSERT' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
+    IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN
         RAISE EXCEPTION 'pgadvisory: stale fencing token %: the row of %.% already carries a newer token (lock %)',
             v_tok, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_name
             USING ERRCODE = 'LF001';
     END IF;
     -- The row's lock (the old row for DELETE; an UPDATE needs the old row's
     -- lock too), from the parameter columns' text, read one by one.
-    v_params := pg_catalog.array_fill(NULL::text, ARRAY[TG_NARGS - 2]);
+    v_params := pg_catalog.array_fill(NULL::text, ARRAY[TG_NARGS OPERATOR(pg_catalog.-) 2]);
     v_oldps := v_params;
-    FOR i IN 2 .. TG_NARGS - 1 LOOP
+    FOR i IN 2 .. TG_NARGS OPERATOR(pg_catalog.-) 1 LOOP
         v_col := TG_ARGV[i];
-        IF TG_OP <> 'DELETE' THEN
+        IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
             EXECUTE pg_catalog.format('SELECT ($1).%I::pg_catalog.text', v_col) INTO v_val USING NEW;
-            v_params[i - 1] := v_val;
+            v_params[i OPERATOR(pg_catalog.-) 1] := v_val;
         END IF;
-        IF TG_OP <> 'INSERT' THEN
+        IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
             EXECUTE pg_catalog.format('SELECT ($1).%I::pg_catalog.text', v_col) INTO v_val USING OLD;
-            v_oldps[i - 1] := v_val;
+            v_oldps[i OPERATOR(pg_catalog.-) 1] := v_val;
         END IF;
     END LOOP;
-    IF TG_OP = 'DELETE' THEN
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         v_params := v_oldps;
     END IF;
     IF pg_catalog.array_position(v_params, NULL) IS NOT NULL
-       OR (TG_OP = 'UPDATE' AND pg_catalog.array_position(v_oldps, NULL) IS NOT NULL) THEN
+       OR (TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND pg_catalog.array_position(v_oldps, NULL) IS NOT NULL) THEN
         RAISE EXCEPTION 'pgadvisory: % on %.%: a parameter column of lock % is NULL in the row',
             TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_name
             USING ERRCODE = 'LF005',
                   HINT = 'A parameter column of a fenced table must be NOT NULL.';
     END IF;
     PERFORM pgadvisory.fence_require_current(pgadvisory.lock_id(v_name, VARIADIC v_params), v_tok, v_name, v_params);
-    IF TG_OP = 'UPDATE' AND v_oldps OPERATOR(pg_catalog.<>) v_params THEN
+    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND v_oldps OPERATOR(pg_catalog.<>) v_params THEN
         PERFORM pgadvisory.fence_require_current(pgadvisory.lock_id(v_name, VARIADIC v_oldps), v_tok, v_name, v_oldps);
     END IF;
-    IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN RETURN OLD; END IF;
     NEW.fencing_token := v_tok;
     RETURN NEW;
 END
@@ -614,15 +620,15 @@ DECLARE
     v_policy text := TG_ARGV[1];
     v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
 BEGIN
-    IF TG_NARGS < 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy NOT IN ('strict', 'permissive') THEN
+    IF TG_NARGS OPERATOR(pg_catalog.<) 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive']) THEN
         RAISE EXCEPTION 'pgadvisory: fence_truncate_guard on %.% needs the arguments of the table''s fence trigger',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
     PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_truncate_guard', TG_ARGV, false);
-    IF v_tok IS NULL AND v_policy = 'permissive' THEN
+    IF v_tok IS NULL AND v_policy OPERATOR(pg_catalog.=) 'permissive' THEN
         RETURN NULL;
     END IF;
-    IF TG_NARGS > 2 THEN
+    IF TG_NARGS OPERATOR(pg_catalog.>) 2 THEN
         -- Parameterized: one token cannot speak for every lock's rows.
         RAISE EXCEPTION 'pgadvisory: TRUNCATE of %.% is not allowed: the table is fenced by the parameterized lock %; DELETE rows instead',
             TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
@@ -706,7 +712,7 @@ BEGIN
                 v_set := pg_catalog.set_config('lock_timeout', v_previous, true);
                 RETURN;
             END IF;
-            v_taken := v_taken + 1;
+            v_taken := v_taken OPERATOR(pg_catalog.+) 1;
         END LOOP;
 
         -- Granted: draw the token (the sequence never re-issues a value) and
@@ -735,11 +741,11 @@ BEGIN
         -- too, before fn may run, whatever the server, database, role or
         -- session says (local and remote_write do not wait for a standby's
         -- flush).
-        IF pg_catalog.current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN
+        IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) ALL (ARRAY['on', 'remote_apply']) THEN
             v_set := pg_catalog.set_config('synchronous_commit', 'on', true);
         END IF;
         v_set := pg_catalog.set_config('pgadvisory.pending',
-            v_token::pg_catalog.text || ':' || pg_catalog.array_to_string(v_ids, ','), false);
+            v_token::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.array_to_string(v_ids, ','), false);
         -- Deferred triggers of this transaction fire here, where an error
         -- still unlocks, and not in the COMMIT. The transaction wrote
         -- nothing before this call (checked above), so the only ones are
@@ -751,7 +757,7 @@ BEGIN
         -- ones this call took (v_ids[1 .. v_taken]), one unlock per lock, so
         -- that a lock the caller held before keeps its own hold.
         PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;
-        IF v_step = 'publish' AND SQLSTATE = '55P03' THEN
+        IF v_step OPERATOR(pg_catalog.=) 'publish' AND SQLSTATE OPERATOR(pg_catalog.=) '55P03' THEN
             RAISE EXCEPTION 'pgadvisory: publishing fencing token % for lock(s) % waited % for writes still in flight with the previous token',
                 v_token, pg_catalog.array_to_string(v_ids, ', '), p_publish_timeout
                 USING ERRCODE = '55P03',
@@ -844,7 +850,7 @@ BEGIN
     -- The commit of this statement's transaction must be durable, on
     -- synchronous standbys too, before the leader acts, whatever the
     -- server, database, role or session says.
-    IF pg_catalog.current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN
+    IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) ALL (ARRAY['on', 'remote_apply']) THEN
         v_set := pg_catalog.set_config('synchronous_commit', 'on', true);
     END IF;
 END
@@ -919,10 +925,154 @@ COMMENT ON FUNCTION pgadvisory.fence_advance(bigint) IS
 'the run-once ledger show, and returns it, so that no token issued after the copy was taken is '
 'handed out again. SECURITY DEFINER; EXECUTE only for the owner and the roles it grants it to.';
 
-ALTER FUNCTION pgadvisory.lock_id(text, text[]) SET search_path = pg_catalog, pg_temp;
-ALTER FUNCTION pgadvisory.valid_lock_name(text) SET search_path = pg_catalog, pg_temp;
-ALTER FUNCTION pgadvisory.register_instance(text, text[]) SET search_path = pg_catalog, pg_temp;
-ALTER FUNCTION pgadvisory.fence_handover() SET search_path = pg_catalog, pg_temp;
+-- The functions of 00001, 00003 and 00005 that no earlier step of this
+-- migration redefines, as they were but with the search_path pinned and
+-- every operator written OPERATOR(pg_catalog.op) (lock_id and
+-- valid_lock_name are no longer inlined into their callers' queries: a
+-- function with a SET clause never is).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.lock_id(name text, VARIADIC params text[] DEFAULT '{}')
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE
+    -- A NULL or multi-dimensional parameter has no Go counterpart: NULL,
+    -- never an ID that silently equals another tuple's.
+    WHEN pg_catalog.array_ndims(params) OPERATOR(pg_catalog.>) 1 THEN NULL
+    WHEN EXISTS (SELECT 1 FROM pg_catalog.unnest(params) AS n(p) WHERE n.p IS NULL) THEN NULL
+    ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(
+            pg_catalog.convert_to(name, 'UTF8')
+            OPERATOR(pg_catalog.||) COALESCE((
+                SELECT pg_catalog.string_agg(
+                           pg_catalog.decode('00', 'hex')
+                           OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(e.b))
+                           OPERATOR(pg_catalog.||) e.b,
+                           ''::bytea ORDER BY e.ord)
+                FROM (
+                    SELECT pg_catalog.convert_to(u.p, 'UTF8') AS b, u.ord
+                    FROM pg_catalog.unnest(params) WITH ORDINALITY AS u(p, ord)
+                ) AS e
+            ), ''::bytea)
+         ), 1, 8), 'hex'))::bit(64)::bigint
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.valid_lock_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 128
+   AND (name COLLATE "C") OPERATOR(pg_catalog.~) '^[a-z][a-z0-9_]*([.][a-z][a-z0-9_]*)*$'
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.register_instance(name text, VARIADIC params text[] DEFAULT '{}')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_decl  pgadvisory.registry_declaration;
+    v_n     integer := COALESCE(pg_catalog.cardinality(params), 0);
+    v_want  integer;
+    v_param jsonb;
+    v_canon text[] := '{}';
+    v_obj   jsonb := '{}';
+    v_text  text;
+    v_id    bigint;
+BEGIN
+    SELECT d.* INTO v_decl FROM pgadvisory.registry_declaration AS d WHERE d.name OPERATOR(pg_catalog.=) register_instance.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgadvisory: lock % is not in pgadvisory.registry_declaration', name
+            USING ERRCODE = '22023',
+                  HINT = 'Register the declarations first: pgadvisory.Register or lockgen register.';
+    END IF;
+    IF v_decl.declared_params IS NULL THEN
+        RAISE EXCEPTION 'pgadvisory: lock % is a plain lock (ID %): it takes no parameters', name, v_decl.lock_id
+            USING ERRCODE = '22023';
+    END IF;
+    v_want := pg_catalog.jsonb_array_length(v_decl.declared_params);
+    IF pg_catalog.array_ndims(params) OPERATOR(pg_catalog.>) 1 OR v_n OPERATOR(pg_catalog.<>) v_want THEN
+        RAISE EXCEPTION 'pgadvisory: lock % takes % parameter(s), got %', name, v_want, v_n
+            USING ERRCODE = '22023';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        v_param := v_decl.declared_params OPERATOR(pg_catalog.->) (i OPERATOR(pg_catalog.-) 1);
+        IF params[i] IS NULL THEN
+            RAISE EXCEPTION 'pgadvisory: lock %: parameter % is NULL', name, v_param OPERATOR(pg_catalog.->>) 'name'
+                USING ERRCODE = '22004';
+        END IF;
+        -- Canonical text, as keyspace.Canonical: '+042' is 42, upper-case
+        -- UUIDs are lower-cased, booleans are true/false.
+        BEGIN
+            -- A searched CASE: CASE x WHEN y resolves "=" by name.
+            v_text := CASE
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'int64' THEN params[i]::bigint::text
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'uuid' THEN params[i]::uuid::text
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'bool' THEN params[i]::boolean::text
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'string' THEN params[i]
+            END;
+        EXCEPTION WHEN data_exception THEN
+            RAISE EXCEPTION 'pgadvisory: lock %: parameter % (%): %', name, v_param OPERATOR(pg_catalog.->>) 'name', v_param OPERATOR(pg_catalog.->>) 'type', SQLERRM
+                USING ERRCODE = SQLSTATE;
+        END;
+        IF v_text IS NULL THEN
+            RAISE EXCEPTION 'pgadvisory: lock %: parameter % has unknown type %', name, v_param OPERATOR(pg_catalog.->>) 'name', v_param OPERATOR(pg_catalog.->>) 'type'
+                USING ERRCODE = '22023';
+        END IF;
+        v_canon := v_canon OPERATOR(pg_catalog.||) v_text;
+        v_obj := v_obj OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(v_param OPERATOR(pg_catalog.->>) 'name', v_text);
+    END LOOP;
+    v_id := pgadvisory.lock_id(name, VARIADIC v_canon);
+    INSERT INTO pgadvisory.registry AS r (lock_id, name, params, declared_params, doc)
+    VALUES (v_id, name, v_obj, v_decl.declared_params, v_decl.doc)
+    ON CONFLICT (lock_id) DO UPDATE
+        SET name = excluded.name, params = excluded.params,
+            declared_params = excluded.declared_params, doc = excluded.doc, registered_at = pg_catalog.now()
+        WHERE (r.name, r.params, r.declared_params, r.doc)
+              IS DISTINCT FROM (excluded.name, excluded.params, excluded.declared_params, excluded.doc);
+    RETURN v_id;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.fence_handover()
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Not SECURITY DEFINER; every name and operator is schema-qualified. Plain assignments and conditions only (PL/pgSQL's cheap path).
+DECLARE
+    v_pending text := pg_catalog.current_setting('pgadvisory.pending', true);
+    v_token   bigint;
+    v_id      bigint;
+    v_set     text;
+BEGIN
+    IF v_pending IS NULL OR v_pending OPERATOR(pg_catalog.=) '' THEN
+        RETURN NULL; -- nothing granted: a loser, or a standby
+    END IF;
+    v_token := pg_catalog.split_part(v_pending, ':', 1)::bigint;
+    FOREACH v_id IN ARRAY pg_catalog.string_to_array(pg_catalog.split_part(v_pending, ':', 2), ',')::bigint[] LOOP
+        -- Transaction level first (re-entrant: granted at once), then the
+        -- session-level hold goes: the lock is never free in between.
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(v_id) OR NOT pg_catalog.pg_advisory_unlock(v_id) THEN
+            RAISE EXCEPTION 'pgadvisory: fence_handover: this session does not hold lock % (pgadvisory.pending = %)', v_id, v_pending
+                USING ERRCODE = '55000';
+        END IF;
+    END LOOP;
+    v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);
+    v_set := pg_catalog.set_config('pgadvisory.granted', 'on', true);
+    v_set := pg_catalog.set_config('pgadvisory.pending', '', false);
+    RETURN v_token;
+END
+$$;
+-- +goose StatementEnd
 
 -- Least privilege: PUBLIC keeps EXECUTE only on what applications call.
 REVOKE EXECUTE ON FUNCTION
@@ -973,10 +1123,147 @@ GRANT EXECUTE ON FUNCTION
     pgadvisory.run_once_finish()
 TO PUBLIC;
 
-ALTER FUNCTION pgadvisory.lock_id(text, text[]) RESET search_path;
-ALTER FUNCTION pgadvisory.valid_lock_name(text) RESET search_path;
-ALTER FUNCTION pgadvisory.register_instance(text, text[]) RESET search_path;
-ALTER FUNCTION pgadvisory.fence_handover() RESET search_path;
+-- 00001's, 00003's and 00005's versions of lock_id, valid_lock_name,
+-- register_instance and fence_handover.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.lock_id(name text, VARIADIC params text[] DEFAULT '{}')
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+SELECT CASE
+    -- A NULL or multi-dimensional parameter has no Go counterpart: NULL,
+    -- never an ID that silently equals another tuple's.
+    WHEN pg_catalog.array_ndims(params) > 1 THEN NULL
+    WHEN EXISTS (SELECT 1 FROM pg_catalog.unnest(params) AS n(p) WHERE n.p IS NULL) THEN NULL
+    ELSE ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(
+            pg_catalog.convert_to(name, 'UTF8')
+            || COALESCE((
+                SELECT pg_catalog.string_agg(
+                           pg_catalog.decode('00', 'hex')
+                           || pg_catalog.int4send(pg_catalog.octet_length(e.b))
+                           || e.b,
+                           ''::bytea ORDER BY e.ord)
+                FROM (
+                    SELECT pg_catalog.convert_to(u.p, 'UTF8') AS b, u.ord
+                    FROM pg_catalog.unnest(params) WITH ORDINALITY AS u(p, ord)
+                ) AS e
+            ), ''::bytea)
+         ), 1, 8), 'hex'))::bit(64)::bigint
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.valid_lock_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+SELECT pg_catalog.octet_length(name) <= 128
+   AND (name COLLATE "C") ~ '^[a-z][a-z0-9_]*([.][a-z][a-z0-9_]*)*$'
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.register_instance(name text, VARIADIC params text[] DEFAULT '{}')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+    v_decl  pgadvisory.registry_declaration;
+    v_n     integer := COALESCE(pg_catalog.cardinality(params), 0);
+    v_want  integer;
+    v_param jsonb;
+    v_canon text[] := '{}';
+    v_obj   jsonb := '{}';
+    v_text  text;
+    v_id    bigint;
+BEGIN
+    SELECT d.* INTO v_decl FROM pgadvisory.registry_declaration AS d WHERE d.name = register_instance.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgadvisory: lock % is not in pgadvisory.registry_declaration', name
+            USING ERRCODE = '22023',
+                  HINT = 'Register the declarations first: pgadvisory.Register or lockgen register.';
+    END IF;
+    IF v_decl.declared_params IS NULL THEN
+        RAISE EXCEPTION 'pgadvisory: lock % is a plain lock (ID %): it takes no parameters', name, v_decl.lock_id
+            USING ERRCODE = '22023';
+    END IF;
+    v_want := pg_catalog.jsonb_array_length(v_decl.declared_params);
+    IF pg_catalog.array_ndims(params) > 1 OR v_n <> v_want THEN
+        RAISE EXCEPTION 'pgadvisory: lock % takes % parameter(s), got %', name, v_want, v_n
+            USING ERRCODE = '22023';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        v_param := v_decl.declared_params -> (i - 1);
+        IF params[i] IS NULL THEN
+            RAISE EXCEPTION 'pgadvisory: lock %: parameter % is NULL', name, v_param ->> 'name'
+                USING ERRCODE = '22004';
+        END IF;
+        -- Canonical text, as keyspace.Canonical: '+042' is 42, upper-case
+        -- UUIDs are lower-cased, booleans are true/false.
+        BEGIN
+            v_text := CASE v_param ->> 'type'
+                WHEN 'int64' THEN params[i]::bigint::text
+                WHEN 'uuid'  THEN params[i]::uuid::text
+                WHEN 'bool'  THEN params[i]::boolean::text
+                WHEN 'string' THEN params[i]
+            END;
+        EXCEPTION WHEN data_exception THEN
+            RAISE EXCEPTION 'pgadvisory: lock %: parameter % (%): %', name, v_param ->> 'name', v_param ->> 'type', SQLERRM
+                USING ERRCODE = SQLSTATE;
+        END;
+        IF v_text IS NULL THEN
+            RAISE EXCEPTION 'pgadvisory: lock %: parameter % has unknown type %', name, v_param ->> 'name', v_param ->> 'type'
+                USING ERRCODE = '22023';
+        END IF;
+        v_canon := v_canon || v_text;
+        v_obj := v_obj || pg_catalog.jsonb_build_object(v_param ->> 'name', v_text);
+    END LOOP;
+    v_id := pgadvisory.lock_id(name, VARIADIC v_canon);
+    INSERT INTO pgadvisory.registry AS r (lock_id, name, params, declared_params, doc)
+    VALUES (v_id, name, v_obj, v_decl.declared_params, v_decl.doc)
+    ON CONFLICT (lock_id) DO UPDATE
+        SET name = excluded.name, params = excluded.params,
+            declared_params = excluded.declared_params, doc = excluded.doc, registered_at = now()
+        WHERE (r.name, r.params, r.declared_params, r.doc)
+              IS DISTINCT FROM (excluded.name, excluded.params, excluded.declared_params, excluded.doc);
+    RETURN v_id;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgadvisory.fence_handover()
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+-- Not SECURITY DEFINER, and every name is schema-qualified: no search_path
+-- needed. Plain assignments and conditions only (PL/pgSQL's cheap path).
+DECLARE
+    v_pending text := pg_catalog.current_setting('pgadvisory.pending', true);
+    v_token   bigint;
+    v_id      bigint;
+    v_set     text;
+BEGIN
+    IF v_pending IS NULL OR v_pending = '' THEN
+        RETURN NULL; -- nothing granted: a loser, or a standby
+    END IF;
+    v_token := pg_catalog.split_part(v_pending, ':', 1)::bigint;
+    FOREACH v_id IN ARRAY pg_catalog.string_to_array(pg_catalog.split_part(v_pending, ':', 2), ',')::bigint[] LOOP
+        -- Transaction level first (re-entrant: granted at once), then the
+        -- session-level hold goes: the lock is never free in between.
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(v_id) OR NOT pg_catalog.pg_advisory_unlock(v_id) THEN
+            RAISE EXCEPTION 'pgadvisory: fence_handover: this session does not hold lock % (pgadvisory.pending = %)', v_id, v_pending
+                USING ERRCODE = '55000';
+        END IF;
+    END LOOP;
+    v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);
+    v_set := pg_catalog.set_config('pgadvisory.granted', 'on', true);
+    v_set := pg_catalog.set_config('pgadvisory.pending', '', false);
+    RETURN v_token;
+END
+$$;
+-- +goose StatementEnd
 -- current_leader had its search_path pinned since 00007.
 
 -- 00005's fence_require_current.

@@ -32,7 +32,7 @@ var Mutants = []Mutant{
 	{
 		Name: "fence-publish-async-commit", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "        IF pg_catalog.current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN\n            v_set",
+		Search:  "        IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) ALL (ARRAY['on', 'remote_apply']) THEN\n            v_set",
 		Replace: "        IF false THEN\n            v_set",
 		Promise: "the publish is durable before fn runs, whatever synchronous_commit says",
 		Pkgs:    pgadvisory, Run: "^TestFencingPublishSurvivesCrash$",
@@ -56,14 +56,14 @@ var Mutants = []Mutant{
 	{
 		Name: "fence-error-keeps-locks", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "        PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;\n        IF v_step = 'publish'",
-		Replace: "        IF v_step = 'publish'",
+		Search:  "        PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;\n        IF v_step OPERATOR(pg_catalog.=) 'publish'",
+		Replace: "        IF v_step OPERATOR(pg_catalog.=) 'publish'",
 		Promise: "a fenced acquisition that fails after its first lock releases what it took",
 		Pkgs:    migrations, Run: "^TestFencePublishTimesOutForInFlightWrites$",
 	},
 	{
 		Name: "fence-handover-gap", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "IF NOT pg_catalog.pg_try_advisory_xact_lock(v_id) OR NOT pg_catalog.pg_advisory_unlock(v_id) THEN",
 		Replace: "IF NOT pg_catalog.pg_advisory_unlock(v_id) THEN",
 		Promise: "the lock is never free between the publish and fn, and is held until fn's transaction ends",
@@ -71,9 +71,9 @@ var Mutants = []Mutant{
 	},
 	{
 		Name: "fence-handover-wrong-token", Area: "fencing",
-		File:    "migrations/00005_fencing_acquire.sql",
+		File:    "migrations/00008_security.sql",
 		Search:  "v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);",
-		Replace: "v_set := pg_catalog.set_config('pgadvisory.fencing_token', (v_token - 1)::text, true);",
+		Replace: "v_set := pg_catalog.set_config('pgadvisory.fencing_token', (v_token OPERATOR(pg_catalog.-) 1)::text, true);",
 		Promise: "fn's writes carry the token that was published",
 		Pkgs:    pgadvisory, Run: "^TestFencingTokens$",
 	},
@@ -122,7 +122,7 @@ var Mutants = []Mutant{
 	{
 		Name: "statement-check-strict-off", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "    IF v_tok IS NULL AND v_policy = 'strict' THEN",
+		Search:  "    IF v_tok IS NULL AND v_policy OPERATOR(pg_catalog.=) 'strict' THEN",
 		Replace: "    IF false THEN",
 		Promise: "under the strict policy a write without a token is refused (LF002)",
 		Pkgs:    migrations, Run: "^TestFenceMissingToken$",
@@ -162,7 +162,7 @@ var Mutants = []Mutant{
 	{
 		Name: "row-stamp-stale-update", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "    ELSIF TG_OP = 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN",
+		Search:  "    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND OLD.fencing_token IS NOT NULL AND v_tok OPERATOR(pg_catalog.<) OLD.fencing_token THEN",
 		Replace: "    ELSIF false THEN",
 		Promise: "an UPDATE with a token older than the row's stamp is refused (LF001)",
 		Pkgs:    migrations, Run: "^TestFence(RejectsStaleToken|AcceptsCurrentTokenAndStamps|LegacyToken)",
@@ -178,7 +178,7 @@ var Mutants = []Mutant{
 	{
 		Name: "truncate-guard-parameterized", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "    IF TG_NARGS > 2 THEN\n        -- Parameterized: one token cannot speak for every lock's rows.",
+		Search:  "    IF TG_NARGS OPERATOR(pg_catalog.>) 2 THEN\n        -- Parameterized: one token cannot speak for every lock's rows.",
 		Replace: "    IF false THEN\n        -- Parameterized: one token cannot speak for every lock's rows.",
 		Promise: "a TRUNCATE of a table fenced by a parameterized lock is refused (LF003)",
 		Pkgs:    migrations, Run: "^TestFenceParameterized",
@@ -256,7 +256,7 @@ var Mutants = []Mutant{
 	{
 		Name: "elect-async-commit", Area: "election",
 		File:    "migrations/00008_security.sql",
-		Search:  "    IF pg_catalog.current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN\n        v_set",
+		Search:  "    IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) ALL (ARRAY['on', 'remote_apply']) THEN\n        v_set",
 		Replace: "    IF false THEN\n        v_set",
 		Promise: "an election commits synchronously: Lead returns no term before the election is durable",
 		Pkgs:    pgadvisory, Run: "^TestLeadElectionIsSynchronous$",
