@@ -54,9 +54,11 @@ import (
 // fn. Not supported yet, and refused with [ErrInvalidArgument]: waiting
 // for a lease ([WithWait]), [Locker.Campaign], [Locker.RunSession], and
 // the options of session locks ([WithCheckInterval], [WithCheckTimeout],
-// [WithSessionPooler]). [Locker.CurrentLeader] does not report lease
-// leaders yet. ttl must be positive; it is sent with microsecond
-// precision.
+// [WithSessionPooler]). [Locker.CurrentLeader] reports a lease leader
+// (PID 0) while its lease is held, unexpired and its term published. ttl
+// must be positive; it is sent with microsecond precision. A lease whose
+// acquisition's answer was lost (ctx ended, the connection broke) stays
+// taken until it expires.
 func WithLease(ttl time.Duration) Option {
 	return optionFunc(func(c *callState) {
 		c.mark(optLease)
