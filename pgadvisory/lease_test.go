@@ -16,6 +16,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -577,5 +578,56 @@ func TestLeasePackageFunctionsTwoDatabases(t *testing.T) {
 	<-started
 	for range 2 {
 		require.NoError(t, <-errs, "each lease renewed on its own pool")
+	}
+}
+
+// TestLeaseRenewalRoundTrips: a Locker's leases cost one round trip per
+// renewal interval together, whatever their number: 50 leases held for two
+// ttls cost about as many round trips as one renewal interval fits in that
+// window (counted on the wire), not 50 times as many.
+func TestLeaseRenewalRoundTrips(t *testing.T) {
+	ctx := testdb.Context(t)
+	migrated.DB(t)
+	counter := wirecount.New()
+	pool := testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DialFunc = counter.Dial(nil)
+		cfg.MaxConns = 4
+	})
+	l, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	require.NoError(t, err)
+	const n = 50
+	const ttl = 900 * time.Millisecond
+	started := make(chan struct{}, n)
+	stop := make(chan struct{})
+	done := make(chan error, n)
+	for range n {
+		key := testdb.Key(t)
+		go func() {
+			done <- l.Lead(ctx, pgadvisory.ID(key), func(fctx context.Context, _ int64) error {
+				started <- struct{}{}
+				select {
+				case <-stop:
+					return nil
+				case <-fctx.Done():
+					return context.Cause(fctx)
+				}
+			}, pgadvisory.WithLease(ttl))
+		}()
+	}
+	for range n {
+		<-started
+	}
+	time.Sleep(ttl / 2) // the acquisitions' connections are set up
+	before := counter.RoundTrips()
+	const window = 2 * ttl
+	time.Sleep(window)
+	trips := counter.RoundTrips() - before
+	intervals := int64(window / (ttl / 3))
+	t.Logf("%d leases, %v: %d round trips on the wire for %d renewal intervals", n, window, trips, intervals)
+	require.Positive(t, trips, "renewals were sent")
+	require.LessOrEqual(t, trips, 2*intervals, "one renewal statement per interval for all the leases, not one per lease")
+	close(stop)
+	for range n {
+		require.NoError(t, <-done)
 	}
 }
