@@ -43,3 +43,31 @@ func ExampleWithLease() {
 	// held: true
 	// led: true
 }
+
+// A router that must reach the leader follows it with WatchLeader: fn is
+// called at once with the leader now (the zero Leader: none), then on
+// every change it sees, until ctx ends or fn returns an error.
+func ExampleLocker_WatchLeader() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	lock := pgadvisory.ID(exampleLockID("watch"))
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		panic(err)
+	}
+	errSeen := errors.New("seen")
+	err = l.WatchLeader(ctx, lock, func(leader pgadvisory.Leader) error {
+		if leader.Term == 0 {
+			fmt.Println("no leader")
+		} else {
+			fmt.Println("leader:", leader.Holder)
+		}
+		return errSeen // a router would update its route and return nil
+	})
+	fmt.Println(errors.Is(err, errSeen))
+	// Output:
+	// no leader
+	// true
+}
