@@ -78,7 +78,8 @@ const (
 	leaseReleaseSQL = `SELECT pgadvisory.lease_release($1::bigint, $2::text::uuid)`
 )
 
-// leaseReleaseTimeout bounds the release when fn returns.
+// leaseReleaseTimeout bounds the release when fn returns (and so does the
+// ttl).
 const leaseReleaseTimeout = 5 * time.Second
 
 // checkLease refuses what a lease does not support yet.
@@ -220,7 +221,8 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 	defer func() {
 		lost := st.remove(h)
 		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), leaseReleaseTimeout)
+		// Bounded by the ttl too: an unreleased lease expires by then.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(leaseReleaseTimeout, c.lease))
 		var released bool
 		if rerr := leaseQuery(rctx, pool, leaseReleaseSQL, []any{id, secret}, &released); rerr != nil {
 			// The lease expires by itself; fn did not run without it.
