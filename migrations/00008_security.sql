@@ -30,14 +30,13 @@
 --     fence_register and fence_unregister (EXECUTE only for the owner and
 --     the roles it grants it to). A trigger function that runs as its
 --     owner refuses (42501) to run on a table that is not listed with the
---     trigger's arguments, unless the table's owner may execute the trigger
---     function (the roles the owner of lockgen's schema trusts to create
---     fence triggers: a migration lockgen fence wrote before fence_register
---     existed, run by such a role, keeps working). A trigger some other
+--     trigger's arguments, whoever owns the table: a trigger some other
 --     role attaches to a table of its own does nothing with the owner's
 --     rights. The tables that already carry lockgen's fence triggers are
 --     listed by this migration (review them: SELECT relid::regclass, * FROM
---     pgadvisory.fenced_table).
+--     pgadvisory.fenced_table); a fence migration lockgen fence wrote
+--     before fence_register existed, applied later to a new database, needs
+--     SELECT pgadvisory.fence_register(...) after it (docs/fencing.md).
 --   * EXECUTE is revoked from PUBLIC on every function except those an
 --     application calls: lock_id, valid_lock_name, register_instance,
 --     fence_acquire, fence_handover, leader_elect and current_leader. The
@@ -135,22 +134,16 @@ BEGIN
           AND ft.columns OPERATOR(pg_catalog.=) v_cols
         LIMIT 1;
     END IF;
-    -- Not listed: a table whose owner may execute the trigger function
-    -- (the owner of lockgen's schema, a superuser, or a role it granted
-    -- EXECUTE) is fenced by a role lockgen trusts, as by a migration that
-    -- lockgen fence wrote before fenced_table existed. A role without
-    -- EXECUTE cannot have created the trigger since this migration.
+    -- Not listed: refused, whoever owns the table. A fence migration that
+    -- lockgen fence wrote before fenced_table existed, applied to a
+    -- database that has this migration, lists nothing: its table is
+    -- listed by pgadvisory.fence_register (or lockgen fence run again).
     IF v_ok IS NULL THEN
-        SELECT pg_catalog.has_function_privilege(c.relowner,
-                   ('pgadvisory.' OPERATOR(pg_catalog.||) p_fn OPERATOR(pg_catalog.||) '()')::pg_catalog.regprocedure, 'EXECUTE')
-        INTO v_ok
-        FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) p_relid;
-    END IF;
-    IF NOT COALESCE(v_ok, false) THEN
-        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed in pgadvisory.fenced_table with the trigger''s arguments (%, %, %), and its owner may not execute pgadvisory.%()',
-            p_fn, p_relid::pg_catalog.regclass, v_lock, v_pol, v_cols, p_fn
+        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed in pgadvisory.fenced_table with the trigger''s arguments (%, %, %): list it with pgadvisory.fence_register, or run lockgen fence for it again and apply the migration it writes',
+            p_fn, p_relid::pg_catalog.regclass, v_lock, v_pol, v_cols
             USING ERRCODE = '42501',
-                  HINT = 'The owner of lockgen''s schema lists fenced tables: SELECT pgadvisory.fence_register(table, lock, policy, columns) (lockgen fence''s migrations do).';
+                  HINT = pg_catalog.format('List it, as the owner of lockgen''s schema or a role it granted EXECUTE on pgadvisory.fence_register: SELECT pgadvisory.fence_register(%L, %L, %L, %L);',
+                      p_relid::pg_catalog.regclass::pg_catalog.text, v_lock, v_pol, v_cols::pg_catalog.text);
     END IF;
     IF NOT p_rows THEN
         RETURN;
@@ -183,8 +176,7 @@ $$;
 
 COMMENT ON FUNCTION pgadvisory.fence_table_verify(oid, text, text[], boolean) IS
 'lockgen fencing (internal): raises 42501 unless the table p_relid (or an ancestor of the '
-'partition) is listed in pgadvisory.fenced_table with the trigger arguments p_args or its owner '
-'may execute the trigger function pgadvisory.<p_fn>(), and, with '
+'partition) is listed in pgadvisory.fenced_table with the trigger arguments p_args, and, with '
 'p_rows, 42804 unless its fencing_token is bigint and its parameter columns have one of the types '
 'lockgen reads as its owner.';
 

@@ -64,6 +64,7 @@ func TestFencePartitionTruncateControl(t *testing.T) {
 		CREATE TRIGGER zz_pgadvisory_fence_truncate BEFORE TRUNCATE ON ` + parted + `
 			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard('` + strconv.FormatInt(lock, 10) + `', 'strict')`)
 	require.NoError(t, err)
+	fencing.ListAsFencedBefore(t, db, parted, `'`+strconv.FormatInt(lock, 10)+`', 'strict'`)
 	tok := fencing.Publish(t, db, lock)
 	require.NoError(t, fencing.Write(db, tok, `INSERT INTO `+parted+` (id, balance) VALUES (1, 100)`))
 	sqlstate.Require(t, fencing.Write(db, 0, `DELETE FROM `+schema+`.part1`), codeMissing)

@@ -51,6 +51,7 @@ func TestFenceReorderingTriggerMovesRow(t *testing.T) {
 		CREATE TRIGGER zz_pgadvisory_fence BEFORE INSERT OR UPDATE OR DELETE ON ` + legacy + `
 			FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param('billing.invoice', 'strict', 'tenant_id')`)
 	require.NoError(t, err)
+	fencing.ListAsFencedBefore(t, db, legacy, `'billing.invoice', 'strict', 'tenant_id'`)
 	moveToTenant(t, db, legacy, ten1, ten2)
 	require.NoError(t, fencing.Write(db, tok1, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (1, %d, 1)`, legacy, ten1)))
 	require.Equal(t, []int64{ten2}, queryInts(t, db, `SELECT tenant_id FROM `+legacy), "tenant 1's token wrote tenant 2's row")

@@ -217,6 +217,7 @@ func TestFenceBadTriggerArguments(t *testing.T) {
 	_, err := db.Exec(`CREATE TABLE ` + schema + `.badp (id int, fencing_token bigint);
 		CREATE TRIGGER f BEFORE INSERT ON ` + schema + `.badp FOR EACH ROW EXECUTE FUNCTION pgadvisory.fence_check_param('a.b', 'strict', 'tenant_id')`)
 	require.NoError(t, err)
+	fencing.ListAsFencedBefore(t, db, schema+".badp", `'a.b', 'strict', 'tenant_id'`)
 	sqlstate.Require(t, fencing.Write(db, 1, `INSERT INTO `+schema+`.badp VALUES (1, 1)`), "42804", "the parameter column does not exist")
 }
 

@@ -13,10 +13,10 @@ import (
 )
 
 // The trigger functions that run as their owner check their table in
-// pgadvisory.fenced_table: a table owned by a role that may not execute
-// them works only once listed with the triggers' arguments, a row trigger
-// cloned to a partition through its listed parent, and a listing with other
-// arguments does not count. The table's owner is an application role; the
+// pgadvisory.fenced_table: a table works only once listed with the
+// triggers' arguments, whoever owns it, a row trigger cloned to a partition
+// through its listed parent, and a listing with other arguments does not
+// count. The table's owner is an application role; the
 // owner of lockgen's schema created the triggers (a role that may not
 // execute the functions cannot).
 func TestFencedTableListing(t *testing.T) {
@@ -49,9 +49,18 @@ func TestFencedTableListing(t *testing.T) {
 	_, err = db.Exec(`SELECT pgadvisory.fence_unregister($1)`, parted)
 	require.NoError(t, err)
 	sqlstate.Require(t, fencing.Write(db, tok, `UPDATE `+parted+` SET balance = 1`), "42501", "unlisted again")
+	// No role's rights stand in for the listing: not EXECUTE on the
+	// trigger function, not owning the table as the owner of lockgen's
+	// schema.
 	_, err = db.Exec(`GRANT EXECUTE ON FUNCTION pgadvisory.fence_check() TO ` + role)
 	require.NoError(t, err)
-	require.NoError(t, fencing.Write(db, tok, `UPDATE `+parted+` SET balance = 1`), "its owner may execute fence_check: a trusted role's table")
+	err = fencing.Write(db, tok, `UPDATE `+parted+` SET balance = 1`)
+	sqlstate.Require(t, err, "42501", "unlisted, though its owner may execute fence_check")
+	require.ErrorContains(t, err, schema+".part1", "the refusal names the table (the partition the row trigger fired on)")
+	require.ErrorContains(t, err, "pgadvisory.fence_register", "and says how to list it")
+	_, err = db.Exec(`ALTER TABLE ` + parted + ` OWNER TO CURRENT_USER; ALTER TABLE ` + schema + `.part1 OWNER TO CURRENT_USER`)
+	require.NoError(t, err)
+	sqlstate.Require(t, fencing.Write(db, tok, `UPDATE `+parted+` SET balance = 1`), "42501", "unlisted, owned by the owner of lockgen's schema")
 }
 
 // fence_register lists only tables whose columns the trigger functions can

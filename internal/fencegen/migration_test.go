@@ -216,6 +216,13 @@ func TestUpgradeMigration(t *testing.T) {
 	tok := fencing.Publish(t, db, lock)
 	insert := fmt.Sprintf(`INSERT INTO %s (id, tenant_id, amount) VALUES (1, %d, 1)`, table, tenant)
 	tokenless := `UPDATE ` + table + ` SET amount = 2 WHERE id = 1`
+	// lockgen's migration 00008 lists the tables fenced before it; a fence
+	// migration written before fence_register existed, applied to a
+	// database that already has 00008, lists nothing: its table refuses
+	// every write until it is listed (docs/fencing.md, the upgrade path).
+	sqlstate.Require(t, fencing.Write(db, tok, insert), "42501")
+	_, err = db.Exec(`SELECT pgadvisory.fence_register($1, 'billing.invoice', 'strict', '{tenant_id}')`, table)
+	require.NoError(t, err)
 	require.NoError(t, fencing.Write(db, tok, insert))
 
 	upgraded := func() {

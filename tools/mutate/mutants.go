@@ -575,9 +575,17 @@ var Mutants = []Mutant{
 	{
 		Name: "verify-accepts-unlisted", Area: "security",
 		File:    "migrations/00008_security.sql",
-		Search:  "    IF NOT COALESCE(v_ok, false) THEN\n        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed",
+		Search:  "    IF v_ok IS NULL THEN\n        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed",
 		Replace: "    IF false THEN\n        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed",
-		Promise: "the trigger functions that run as their owner refuse a table that is not listed in pgadvisory.fenced_table (and whose owner may not execute them)",
+		Promise: "the trigger functions that run as their owner refuse a table that is not listed in pgadvisory.fenced_table",
+		Pkgs:    migrations, Run: "^TestFencedTableListing$",
+	},
+	{
+		Name: "verify-trusts-table-owner", Area: "security",
+		File:    "migrations/00008_security.sql",
+		Search:  "    IF v_ok IS NULL THEN\n        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed",
+		Replace: "    IF v_ok IS NULL AND NOT (SELECT pg_catalog.has_function_privilege(c.relowner, ('pgadvisory.' OPERATOR(pg_catalog.||) p_fn OPERATOR(pg_catalog.||) '()')::pg_catalog.regprocedure, 'EXECUTE') FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) p_relid) THEN\n        RAISE EXCEPTION 'pgadvisory: % on % refused: the table is not listed",
+		Promise: "an unlisted table is refused even when its owner may execute the trigger function (the owner of lockgen's schema, or a role granted EXECUTE)",
 		Pkgs:    migrations, Run: "^TestFencedTableListing$",
 	},
 	{

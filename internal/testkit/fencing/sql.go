@@ -48,7 +48,25 @@ func LegacyTable(t testing.TB, db *sql.DB, schema, name string, lockID int64, po
 		CREATE TRIGGER ` + fencegen.TruncateTrigger + ` BEFORE TRUNCATE ON ` + table + `
 			FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fence_truncate_guard(` + args + `)`)
 	require.NoError(t, err)
+	ListAsFencedBefore(t, db, table, args)
 	return table
+}
+
+// ListAsFencedBefore lists table in pgadvisory.fenced_table with the fence
+// triggers' arguments args (SQL literals, as in CREATE TRIGGER: "'42',
+// 'strict'"), as lockgen's migration 00008 lists the tables fenced before
+// it: without fence_register's checks of the columns. It does nothing on a
+// schema older than 00008 (no fenced_table).
+func ListAsFencedBefore(t testing.TB, db *sql.DB, table, args string) {
+	t.Helper()
+	var exists bool
+	require.NoError(t, db.QueryRow(`SELECT to_regclass('pgadvisory.fenced_table') IS NOT NULL`).Scan(&exists))
+	if !exists {
+		return
+	}
+	_, err := db.Exec(`INSERT INTO pgadvisory.fenced_table (relid, lock, policy, columns)
+		SELECT $1::regclass, s.a[1], s.a[2], COALESCE(s.a[3:], '{}') FROM (SELECT ARRAY[`+args+`]::text[]) AS s(a)`, table)
+	require.NoError(t, err)
 }
 
 // PlainLock declares a plain lock whose ID is pinned to lockID, checked as
