@@ -102,7 +102,7 @@ func tokensBehind(ctx context.Context, e *env) (Check, bool) {
 	}
 	return Check{Status: Fail,
 		Detail: "the fencing token sequence is behind a published token: it went back (an asynchronous failover, a partial restore), so fenced acquisitions of that lock fail with LF004",
-		Fix:    "as the owner of lockgen's schema: SELECT pgadvisory.fence_advance(); (moves the sequence past every token the database shows; after a restore of the whole database run it too)"}, true
+		Fix:    "as the owner of lockgen's schema: lockgen fence -advance (SELECT pgadvisory.fence_advance();) moves the sequence past every token the database shows; after a restore of the whole database run it too"}, true
 }
 
 // driftFix is the fix for a version table that disagrees with the objects.

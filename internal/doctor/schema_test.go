@@ -63,6 +63,7 @@ func TestSchema(t *testing.T) {
 		c := run(t, url, doctor.Schema)
 		requireStatus(t, c, doctor.Fail, "the fencing token sequence is behind a published token")
 		require.Contains(t, c.Fix, "SELECT pgadvisory.fence_advance()")
+		require.Contains(t, c.Fix, "lockgen fence -advance")
 		_, err = db.Exec(`SELECT pgadvisory.fence_advance()`)
 		require.NoError(t, err)
 		requireStatus(t, run(t, url, doctor.Schema), doctor.Pass, "lockgen's migrations are applied")
