@@ -67,7 +67,8 @@
 -- fence_truncate_guard, fence_stamp, fence_check_statement, fence_acquire,
 -- leader_elect, run_once_finish, and lock_id, valid_lock_name,
 -- register_instance and fence_handover (their search_path pinned, their
--- operators qualified; current_leader's search_path was pinned by 00007),
+-- operators qualified; current_leader's search_path was pinned by 00007)
+-- and the view status (its operators qualified),
 -- and adds fenced_table,
 -- fence_table_verify, fence_register, fence_unregister and fence_advance
 -- (after restoring a copy of the database: moves the token sequence past
@@ -1066,6 +1067,44 @@ END
 $$;
 -- +goose StatementEnd
 
+-- 00007's status view with its operators written OPERATOR(pg_catalog.op)
+-- and now() schema-qualified: a view keeps the operators it resolved when
+-- it was created, so this only guards the migration's own run against a
+-- search_path that puts another schema before pg_catalog.
+CREATE OR REPLACE VIEW pgadvisory.status AS
+SELECT k.lock_id,
+       r.name,
+       r.params,
+       r.declared_params,
+       l.mode,
+       l.granted,
+       NOT l.granted AS waiting,
+       l.pid,
+       a.application_name,
+       a.client_addr,
+       a.xact_start,
+       pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start AS xact_age,
+       a.state,
+       a.wait_event,
+       pg_catalog.pg_blocking_pids(l.pid) AS blocked_by,
+       e.holder AS leader_holder,
+       e.term AS leader_term,
+       e.elected_at AS leader_since
+FROM pg_catalog.pg_locks AS l
+CROSS JOIN LATERAL (SELECT (l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint AS lock_id) AS k
+LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) l.pid
+LEFT JOIN pgadvisory.registry AS r ON r.lock_id OPERATOR(pg_catalog.=) k.lock_id
+-- current_leader's checks, on this row's pg_locks and pg_stat_activity
+-- (calling it would read pg_locks again for every row).
+LEFT JOIN pgadvisory.leader AS e
+       ON e.lock_id OPERATOR(pg_catalog.=) k.lock_id AND e.pid OPERATOR(pg_catalog.=) l.pid AND l.granted AND l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock'
+      AND (a.backend_start IS NULL OR a.backend_start OPERATOR(pg_catalog.<) e.elected_at)
+      AND EXISTS (SELECT 1 FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) e.lock_id AND f.token OPERATOR(pg_catalog.=) e.term)
+WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+  AND l.objsubid OPERATOR(pg_catalog.=) 1
+  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database AS d
+                    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+
 -- Least privilege: PUBLIC keeps EXECUTE only on what applications call.
 REVOKE EXECUTE ON FUNCTION
     pgadvisory.fence_require_current(bigint, bigint, text, text[]),
@@ -1114,6 +1153,41 @@ GRANT EXECUTE ON FUNCTION
     pgadvisory.fence_check_statement(),
     pgadvisory.run_once_finish()
 TO PUBLIC;
+
+-- 00007's status view.
+CREATE OR REPLACE VIEW pgadvisory.status AS
+SELECT k.lock_id,
+       r.name,
+       r.params,
+       r.declared_params,
+       l.mode,
+       l.granted,
+       NOT l.granted AS waiting,
+       l.pid,
+       a.application_name,
+       a.client_addr,
+       a.xact_start,
+       now() - a.xact_start AS xact_age,
+       a.state,
+       a.wait_event,
+       pg_catalog.pg_blocking_pids(l.pid) AS blocked_by,
+       e.holder AS leader_holder,
+       e.term AS leader_term,
+       e.elected_at AS leader_since
+FROM pg_catalog.pg_locks AS l
+CROSS JOIN LATERAL (SELECT (l.classid::bigint << 32) | l.objid::bigint AS lock_id) AS k
+LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+LEFT JOIN pgadvisory.registry AS r ON r.lock_id = k.lock_id
+-- current_leader's checks, on this row's pg_locks and pg_stat_activity
+-- (calling it would read pg_locks again for every row).
+LEFT JOIN pgadvisory.leader AS e
+       ON e.lock_id = k.lock_id AND e.pid = l.pid AND l.granted AND l.mode = 'ExclusiveLock'
+      AND (a.backend_start IS NULL OR a.backend_start < e.elected_at)
+      AND EXISTS (SELECT 1 FROM pgadvisory.fence AS f WHERE f.lock_id = e.lock_id AND f.token = e.term)
+WHERE l.locktype = 'advisory'
+  AND l.objsubid = 1
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
+                    WHERE d.datname = pg_catalog.current_database());
 
 -- 00001's, 00003's and 00005's versions of lock_id, valid_lock_name,
 -- register_instance and fence_handover.

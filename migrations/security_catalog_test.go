@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"fmt"
+	"io/fs"
 	"regexp"
 	"sort"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/migrations"
 )
 
 // securityDefiner lists the functions of pgadvisory that run as their
@@ -194,7 +196,33 @@ func TestSecurityOperatorsQualified(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Empty(t, foreign, "views using operators or functions outside pg_catalog and pgadvisory")
+
+	// The views' latest definitions in the migrations' Up parts write their
+	// operators qualified too, so that the migration resolves none through
+	// the search_path of the role that runs it.
+	views := map[string]string{}
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := fs.ReadFile(migrations.FS, f)
+		require.NoError(t, err)
+		up, _, _ := strings.Cut(string(b), "-- +goose Down")
+		for _, m := range viewDefinition.FindAllStringSubmatch(up, -1) {
+			views["pgadvisory."+m[1]] = f + ": " + m[2]
+		}
+	}
+	require.NotEmpty(t, views)
+	bare = nil
+	for name, def := range views {
+		bare = append(bare, bareOperators(name, def)...)
+	}
+	require.Empty(t, bare, "operators not written OPERATOR(pg_catalog.op) in the views' latest definitions")
 }
+
+// viewDefinition matches a view's definition in a migration: its name and
+// its query, up to the semicolon that ends a line.
+var viewDefinition = regexp.MustCompile(`(?s)CREATE (?:OR REPLACE )?VIEW pgadvisory\.(\w+) AS\n(.*?);\n`)
 
 // bareOperators returns, for the function name with body src, each bare
 // operator with its line.
