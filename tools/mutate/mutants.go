@@ -455,7 +455,7 @@ var Mutants = []Mutant{
 		Search:  `case code == "57P01", code == "57P02",`,
 		Replace: `case code == "57P02",`,
 		Promise: "a terminated backend (57P01) is a lost connection",
-		Pkgs:    pgadvisory, Run: "^(TestSessionLockLost|TestFaultKillDuringCommit)",
+		Pkgs:    pgadvisory, Run: "^(TestFail|TestFault|TestSessionLockLost)",
 	},
 	{
 		Name: "session-standby-accepted", Area: "loss",
@@ -463,7 +463,7 @@ var Mutants = []Mutant{
 		Search:  "\tif standby {\n\t\tconn.release() // nothing was lifted on a standby",
 		Replace: "\tif false {\n\t\tconn.release() // nothing was lifted on a standby",
 		Promise: "a session lock on a hot standby is refused (ErrStandby)",
-		Pkgs:    pgadvisory, Run: "^TestStandbyRefusesEveryFrontDoor$",
+		Pkgs:    pgadvisory, Run: "^(TestStandby|TestLead.*Standby|TestSession.*Standby)",
 	},
 
 	// ---- the outcome of a COMMIT ----
@@ -479,7 +479,7 @@ var Mutants = []Mutant{
 		Name: "commit-pgx-not-sent-as-sent", Area: "commit",
 		File:    "pgadvisory/protocol.go",
 		Search:  "case err == context.Canceled, errors.As(err, &notSent), errors.Is(err, driver.ErrBadConn):",
-		Replace: "case err == context.Canceled, errors.Is(err, driver.ErrBadConn):",
+		Replace: "case err == context.Canceled, errors.As(err, &notSent) && false, errors.Is(err, driver.ErrBadConn):",
 		Promise: "pgx's COMMIT on a connection already closed is known not to have been sent",
 		Pkgs:    pgadvisory, Run: "^TestCommitNeverSent$",
 	},
@@ -489,7 +489,7 @@ var Mutants = []Mutant{
 		Search:  "\tcase pgconn.SafeToRetry(err) && errors.Is(err, errInterrupted):\n\t\treturn false",
 		Replace: "\tcase pgconn.SafeToRetry(err) && errors.Is(err, errInterrupted):\n\t\treturn true",
 		Promise: "a COMMIT that ctx stopped before pgx wrote it committed nothing (not ErrCommitUnknown)",
-		Pkgs:    pgadvisory, Run: "^TestCommitContextDoneBeforeCommit$",
+		Pkgs:    pgadvisory, Run: "^(TestCommit|TestFail|TestFault)",
 	},
 	{
 		Name: "commit-fatal-as-answer", Area: "commit",
@@ -505,7 +505,7 @@ var Mutants = []Mutant{
 		Search:  "\tcase errors.Is(err, pgx.ErrTxCommitRollback):\n\t\treturn nil",
 		Replace: "\tcase errors.Is(err, pgx.ErrTxCommitRollback):\n\t\treturn ErrCommitUnknown",
 		Promise: "a COMMIT answered by ROLLBACK is a definite answer: nothing committed",
-		Pkgs:    pgadvisory, Run: "^TestFailCommitRejected$",
+		Pkgs:    pgadvisory, Run: "^(TestCommit|TestFail|TestFault)",
 	},
 	{
 		Name: "commit-25P03-unknown", Area: "commit",
