@@ -55,6 +55,18 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 		{"RunSession", func(d frontdoor.Door, called *bool) error {
 			return d.RunSession(ctx, key, func(context.Context) error { *called = true; return nil })
 		}},
+		{"RunSession_dedicated", func(d frontdoor.Door, called *bool) error {
+			// A connection of the call's own (SetSessionConns 0, which the
+			// package-level functions follow) is checked by the call, not as
+			// a shared connection is when it opens.
+			setSessionConnsOf(t, d, 0)
+			defer setSessionConnsOf(t, d, 2)
+			fn := func(context.Context) error { *called = true; return nil }
+			if d.Driver == frontdoor.SQL {
+				return pgadvisory.RunSession(ctx, d.DB(), key, fn)
+			}
+			return pgadvisory.RunSessionPgx(ctx, d.Pool(), key, fn)
+		}},
 		{"Lead", func(d frontdoor.Door, called *bool) error {
 			return d.Lead(ctx, key, func(context.Context, int64) error { *called = true; return nil })
 		}},
@@ -119,4 +131,14 @@ func serverLocks(t *testing.T, conn *pgx.Conn, key int64) int {
 WHERE locktype = 'advisory' AND objsubid = 1
   AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
 	return n
+}
+
+// setSessionConnsOf is SetSessionConns or SetSessionConnsPgx for d's pool.
+func setSessionConnsOf(t *testing.T, d frontdoor.Door, n int) {
+	t.Helper()
+	if d.Driver == frontdoor.SQL {
+		require.NoError(t, pgadvisory.SetSessionConns(d.DB(), n))
+		return
+	}
+	require.NoError(t, pgadvisory.SetSessionConnsPgx(d.Pool(), n))
 }
