@@ -1083,7 +1083,7 @@ SELECT k.lock_id,
        a.application_name,
        a.client_addr,
        a.xact_start,
-       pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start AS xact_age,
+       (pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start)::interval AS xact_age,
        a.state,
        a.wait_event,
        pg_catalog.pg_blocking_pids(l.pid) AS blocked_by,
@@ -1091,7 +1091,7 @@ SELECT k.lock_id,
        e.term AS leader_term,
        e.elected_at AS leader_since
 FROM pg_catalog.pg_locks AS l
-CROSS JOIN LATERAL (SELECT (l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint AS lock_id) AS k
+CROSS JOIN LATERAL (SELECT ((l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint)::bigint AS lock_id) AS k
 LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) l.pid
 LEFT JOIN pgadvisory.registry AS r ON r.lock_id OPERATOR(pg_catalog.=) k.lock_id
 -- current_leader's checks, on this row's pg_locks and pg_stat_activity
@@ -1104,6 +1104,20 @@ WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
   AND l.objsubid OPERATOR(pg_catalog.=) 1
   AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database AS d
                     WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+
+-- The view keeps 00007's comment in PostgreSQL; it is said again for sqlc,
+-- whose catalog drops a view's comment when the view is replaced. The casts
+-- on lock_id and xact_age change no column type: they let sqlc infer types
+-- that it cannot infer through OPERATOR(...).
+COMMENT ON VIEW pgadvisory.status IS
+'lockgen: advisory locks (bigint keys) held or awaited in this database, one row per backend, '
+'key and mode, named from pgadvisory.registry (name NULL: an unregistered key; see lock_id). '
+'waiting = NOT granted; blocked_by = pg_blocking_pids(pid), the backends this one waits for on '
+'any lock. leader_holder, leader_term and leader_since are set on the row of a backend that '
+'leads its lock now (pgadvisory.current_leader), NULL otherwise. pg_locks cannot tell '
+'session-level from transaction-level holds (one row for both, whatever the hold count). '
+'pg_locks and pg_stat_activity are not read atomically: a backend that just ended may show NULL '
+'activity columns.';
 
 -- Least privilege: PUBLIC keeps EXECUTE only on what applications call.
 REVOKE EXECUTE ON FUNCTION

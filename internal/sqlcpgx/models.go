@@ -78,7 +78,7 @@ type PgadvisoryRunOnce struct {
 
 // lockgen: advisory locks (bigint keys) held or awaited in this database, one row per backend, key and mode, named from pgadvisory.registry (name NULL: an unregistered key; see lock_id). waiting = NOT granted; blocked_by = pg_blocking_pids(pid), the backends this one waits for on any lock. leader_holder, leader_term and leader_since are set on the row of a backend that leads its lock now (pgadvisory.current_leader), NULL otherwise. pg_locks cannot tell session-level from transaction-level holds (one row for both, whatever the hold count). pg_locks and pg_stat_activity are not read atomically: a backend that just ended may show NULL activity columns.
 type PgadvisoryStatus struct {
-	LockID          int32
+	LockID          int64
 	Name            pgtype.Text
 	Params          []byte
 	DeclaredParams  []byte
@@ -89,7 +89,7 @@ type PgadvisoryStatus struct {
 	ApplicationName pgtype.Text
 	ClientAddr      *netip.Addr
 	XactStart       pgtype.Timestamptz
-	XactAge         int32
+	XactAge         pgtype.Interval
 	State           pgtype.Text
 	WaitEvent       pgtype.Text
 	BlockedBy       interface{}
