@@ -115,6 +115,15 @@ func unlockOnLocked(c *callState, key int64) {
 	}
 }
 
+// lockTimeoutOnLocked sets a lock_timeout of 50ms on c's connection once
+// its locks are taken, before fn runs, as a role setting would.
+func lockTimeoutOnLocked(c *callState) {
+	c.onLocked = func(ctx context.Context, q sessionQuerier) error {
+		var set string
+		return q.queryRow(ctx, "SELECT pg_catalog.set_config('lock_timeout', '50ms', false)", nil, &set)
+	}
+}
+
 // lockHolders are the backends that hold key (granted) in the test
 // database.
 func lockHolders(t *testing.T, admin *sql.DB, key int64) []int32 {
@@ -217,6 +226,29 @@ func TestSessionLossStories(t *testing.T) {
 			},
 			says: "backend holds 2 of 3 locks",
 		},
+		{
+			// The server answers the check with an error on a connection
+			// that stays up: here the session's lock_timeout (a common role
+			// setting) while another session holds a lock on the catalog
+			// view the check reads; in production also a statement_timeout
+			// on a busy server or an operator's pg_cancel_backend. The
+			// check could not say the locks are held: a loss. The check
+			// timeout is far above the lock_timeout, so the server's answer
+			// comes first.
+			name: "check answered with an error",
+			prepare: func(c *callState, keys []int64) {
+				c.checkTimeout = lossNoticed
+				lockTimeoutOnLocked(c)
+			},
+			provoke: func(t *testing.T, ctx context.Context, keys []int64) func() {
+				tx, err := admin.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				_, err = tx.ExecContext(ctx, "LOCK TABLE pg_catalog.pg_locks IN ACCESS EXCLUSIVE MODE")
+				require.NoError(t, err)
+				return func() { require.NoError(t, tx.Rollback()) }
+			},
+			says: "canceling statement due to lock timeout",
+		},
 	}
 
 	forEachSessionMode(t, doors, func(t *testing.T, d lossDoor, dedicated bool) {
@@ -251,12 +283,14 @@ func TestSessionLossStories(t *testing.T) {
 		}
 
 		// CONTROL: the same calls without a loss, on a link that is slow
-		// (every write waits a sixth of the check timeout) but answers: ten
-		// intervals pass without a cancelation, and every lock is held.
+		// (every write waits a sixth of the check timeout) but answers, with
+		// the session's lock_timeout of the error story: ten intervals pass
+		// without a cancelation, and every lock is held.
 		t.Run("control", func(t *testing.T) {
 			ctx := testdb.Context(t)
 			keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)}
 			c := sessionCall(t, keys, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout))
+			lockTimeoutOnLocked(c)
 			delay.Store(int64(lossTimeout / 6))
 			defer delay.Store(0)
 			require.NoError(t, d.run(ctx, c, func(fctx context.Context) error {

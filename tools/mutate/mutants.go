@@ -380,7 +380,7 @@ var Mutants = []Mutant{
 		File:    "pgadvisory/session_muxwatch.go",
 		Search:  "\t\tsc.fail(err) // a check that fails is a loss, as a dedicated connection's\n\t\treturn false",
 		Replace: "\t\treturn true",
-		Promise: "a shared connection whose check fails (a terminated backend, a half-open link) cancels its locks' work",
+		Promise: "a shared connection whose check the server answers with an error on a live connection (lock_timeout, statement_timeout, a cancel) cancels its locks' work",
 		Pkgs:    pgadvisory, Run: "^TestSessionLossStories$",
 	},
 	{
