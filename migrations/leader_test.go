@@ -105,7 +105,7 @@ func TestLeaderElectRefusesCallerWithoutTheLock(t *testing.T) {
 func TestLeaderElectWithoutPrivileges(t *testing.T) {
 	admin := migrated.DB(t)
 	app := fencing.OpenAs(t, admin, fencing.AppRole(t, admin))
-	ctx := context.Background()
+	ctx := testdb.Context(t)
 	key := testdb.Key(t)
 	var got pgadvisory.Leader
 	err := pgadvisory.Lead(ctx, app, key, func(ctx context.Context, term int64) error {

@@ -46,7 +46,9 @@ func TestCurrentLeaderChildProcess(t *testing.T) {
 	require.NoError(t, err)
 	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
-	err = pgadvisory.LeadPgx(context.Background(), pool, key, func(ctx context.Context, term int64) error {
+	// Killed by its parent long before the test's deadline ends the
+	// leadership (a parent that died cannot leave it leading forever).
+	err = pgadvisory.LeadPgx(testdb.Context(t), pool, key, func(ctx context.Context, term int64) error {
 		fmt.Printf("elected %d\n", term)
 		<-ctx.Done()
 		return nil

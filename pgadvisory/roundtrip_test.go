@@ -185,7 +185,7 @@ func TestRoundTripsRunExclusive(t *testing.T) {
 // rides in the first statement. The watcher does not check during these
 // calls (interval one minute).
 func TestRoundTripsRunSession(t *testing.T) {
-	ctx := context.Background()
+	ctx := testdb.Context(t)
 	c := wirecount.New()
 	doors := []frontdoor.Door{frontdoor.OnDB(countedDB(t, c)), frontdoor.OnPool(countedPool(t, c))}
 	noop := func(context.Context) error { return nil }
