@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/lockgen/lockgen/internal/dbenv"
 )
 
 // The environment variables that name the database, in the order they are
@@ -51,51 +53,18 @@ func dbFlag(c *cli, fs *flag.FlagSet) {
 
 // dbTarget is the database a command connects to and where its
 // connection string came from.
-type dbTarget struct {
-	cfg  *pgx.ConnConfig
-	raw  string // the connection string as given ("" for the PG* variables)
-	from string // "-db", "$DATABASE_URL", or "the PG* environment variables"
-	// note is set when another variable names a different database: the
-	// command says which one it used.
-	note string
-}
-
-// String names the database without credentials: "app@db.internal:5432/orders".
-func (t dbTarget) String() string {
-	return fmt.Sprintf("%s@%s:%d/%s", t.cfg.User, t.cfg.Host, t.cfg.Port, t.cfg.Database)
-}
+type dbTarget = dbenv.Target
 
 // errDBURL marks a connection string that cannot be parsed: a usage error.
-var errDBURL = errors.New("cannot parse the connection string")
+var errDBURL = dbenv.ErrURL
 
 // target resolves the database as a CLI that follows libpq does: -db, else
 // $LOCKGEN_DATABASE_URL, else $DATABASE_URL, else pgx's reading of the PG*
-// variables and its defaults. A string that cannot be parsed is an error
-// wrapping errDBURL that names where it came from.
+// variables and its defaults (package dbenv, which lockgentest shares). A
+// string that cannot be parsed is an error wrapping errDBURL that names
+// where it came from.
 func (c *cli) target() (dbTarget, error) {
-	var t dbTarget
-	raw := ""
-	switch {
-	case c.db.url != "":
-		raw, t.from = c.db.url, "-db"
-	case os.Getenv(envLockgenDatabaseURL) != "":
-		raw, t.from = os.Getenv(envLockgenDatabaseURL), "$"+envLockgenDatabaseURL
-		if other := os.Getenv(envDatabaseURL); other != "" && other != raw {
-			t.note = fmt.Sprintf("$%s is set too and names another database; $%s wins", envDatabaseURL, envLockgenDatabaseURL)
-		}
-	case os.Getenv(envDatabaseURL) != "":
-		raw, t.from = os.Getenv(envDatabaseURL), "$"+envDatabaseURL
-	default:
-		t.from = "the PG* environment variables and libpq's defaults"
-	}
-	cfg, err := pgx.ParseConfig(raw)
-	if err != nil {
-		// pgx's message never carries the password; it names the part it
-		// could not read.
-		return t, fmt.Errorf("%s: %w: %w", t.from, errDBURL, err)
-	}
-	t.cfg, t.raw = cfg, raw
-	return t, nil
+	return dbenv.Resolve("-db", c.db.url, envLockgenDatabaseURL, envDatabaseURL)
 }
 
 // openDB connects to the target database, as application_name "lockgen
@@ -121,15 +90,15 @@ func (c *cli) openDBWith(cmd string, o dbOptions) (*sql.DB, context.Context, fun
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if t.note != "" {
-		fmt.Fprintf(c.stderr, "lockgen %s: note: using %s (from %s); %s\n", cmd, t, t.from, t.note)
+	if t.Note != "" {
+		fmt.Fprintf(c.stderr, "lockgen %s: note: using %s (from %s); %s\n", cmd, t, t.From, t.Note)
 	}
-	cfg := t.cfg
+	cfg := t.Config
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = appName + " " + cmd
 	}
 	if o.adjust != nil {
-		o.adjust(cfg, t.raw)
+		o.adjust(cfg, t.Raw)
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(o.conns)
@@ -142,7 +111,7 @@ func (c *cli) openDBWith(cmd string, o dbOptions) (*sql.DB, context.Context, fun
 	}
 	if err := db.PingContext(ctx); err != nil {
 		closeAll()
-		return nil, nil, nil, fmt.Errorf("connecting to %s (from %s): %w", t, t.from, err)
+		return nil, nil, nil, fmt.Errorf("connecting to %s (from %s): %w", t, t.From, err)
 	}
 	c.connected = t
 	return db, ctx, closeAll, nil

@@ -177,7 +177,7 @@ func runMigrate(c *cli, fs *flag.FlagSet) int {
 		writeMigrationStatus(c.stdout, st)
 		return exitOK
 	}
-	fmt.Fprintf(c.stdout, "database %s (from %s)\n", c.connected, c.connected.from)
+	fmt.Fprintf(c.stdout, "database %s (from %s)\n", c.connected, c.connected.From)
 	var res []pgadvisory.MigrationResult
 	switch {
 	case action == "up" && c.migrate.reconcile:
