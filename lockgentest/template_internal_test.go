@@ -1,0 +1,87 @@
+package lockgentest
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+)
+
+// TestTemplateBuiltOnce: test binaries that start together (here
+// goroutines, each on a connection of its own, as separate processes
+// are) build the template once, under the server's advisory lock, and
+// each then finds it complete: a template, closed to connections.
+func TestTemplateBuiltOnce(t *testing.T) {
+	if os.Getenv(EnvDatabaseURL) == "" {
+		t.Setenv(EnvDatabaseURL, testdb.ServerURL())
+	}
+	s, err := resolveServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testdb.Context(t)
+	admin, err := s.connect(ctx)
+	if err != nil {
+		unavailable(t, err)
+	}
+	defer admin.Close(ctx)
+	name := "lockgentest_tpl_test_" + randomHex(4)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := s.connect(ctx)
+		if err != nil {
+			t.Errorf("dropping the template %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH IS_TEMPLATE false"); err != nil {
+			t.Errorf("dropping the template %s: %v", name, err)
+		}
+		if err := dropDatabase(ctx, conn, name); err != nil {
+			t.Error(err)
+		}
+	})
+	templateBuilds.Lock()
+	before := templateBuilds.n
+	templateBuilds.Unlock()
+
+	const binaries = 4
+	var wg sync.WaitGroup
+	errs := make([]error, binaries)
+	for i := range binaries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := s.connect(ctx)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer conn.Close(ctx)
+			errs[i] = ensureTemplate(ctx, s, conn, name)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("builder %d: %v", i, err)
+		}
+	}
+	templateBuilds.Lock()
+	built := templateBuilds.n - before
+	templateBuilds.Unlock()
+	if built != 1 {
+		t.Errorf("%d builders built the template %d times, want once", binaries, built)
+	}
+	var isTemplate, allowConn bool
+	if err := admin.QueryRow(ctx, "SELECT datistemplate, datallowconn FROM pg_database WHERE datname = $1", name).Scan(&isTemplate, &allowConn); err != nil {
+		t.Fatal(err)
+	}
+	if !isTemplate || allowConn {
+		t.Errorf("the template: datistemplate %v, datallowconn %v; want true, false", isTemplate, allowConn)
+	}
+}
