@@ -19,6 +19,9 @@
 --     parameter columns smallint, integer, bigint, text, varchar, uuid or
 --     boolean), checked when the trigger fires (ALTER TABLE can change a
 --     column's type after registration).
+--   * Every cast in every function body and view names its type with its
+--     schema (x::pg_catalog.int8, ::pg_catalog.text), the search_path
+--     pinned or not.
 --   * Every operator in every function body is written
 --     OPERATOR(pg_catalog.op), the search_path pinned or not; IN lists are
 --     OPERATOR(pg_catalog.=) ANY (ARRAY[...]) and CASE is searched (CASE
@@ -87,9 +90,9 @@
 CREATE TABLE pgadvisory.fenced_table (
     relid         oid PRIMARY KEY,
     lock          text NOT NULL,
-    policy        text NOT NULL CHECK (policy IN ('strict', 'permissive')),
-    columns       text[] NOT NULL DEFAULT '{}',
-    registered_at timestamptz NOT NULL DEFAULT now()
+    policy        text NOT NULL CHECK (policy OPERATOR(pg_catalog.=) ANY (ARRAY['strict', 'permissive'])),
+    columns       text[] NOT NULL DEFAULT '{}'::pg_catalog.text[],
+    registered_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 COMMENT ON TABLE pgadvisory.fenced_table IS
@@ -217,7 +220,7 @@ BEGIN
     FOREACH v_col IN ARRAY p_columns LOOP
         v_type := NULL;
         SELECT a.atttypid, NOT a.attnotnull INTO v_type, v_null FROM pg_catalog.pg_attribute AS a
-        WHERE a.attrelid OPERATOR(pg_catalog.=) p_table AND a.attname::text OPERATOR(pg_catalog.=) v_col AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
+        WHERE a.attrelid OPERATOR(pg_catalog.=) p_table AND a.attname::pg_catalog.text OPERATOR(pg_catalog.=) v_col AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
         IF v_type IS NULL THEN
             RAISE EXCEPTION 'pgadvisory: fence_register: % has no column %', p_table, v_col
                 USING ERRCODE = '42703';
@@ -311,7 +314,7 @@ AS $$
 -- Runs as the writer: it stamps the row and reads nothing of lockgen's.
 DECLARE
     v_policy text   := TG_ARGV[1];
-    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
+    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8;
 BEGIN
     IF TG_NARGS OPERATOR(pg_catalog.<) 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive']) THEN
         RAISE EXCEPTION 'pgadvisory: fence_stamp on %.% needs the arguments (lock, ''strict'' or ''permissive'', parameter column, ...)',
@@ -350,7 +353,7 @@ AS $$
 DECLARE
     v_lock   text   := TG_ARGV[0];
     v_policy text   := TG_ARGV[1];
-    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
+    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8;
     v_rows   boolean;
     v_bad    boolean;
     v_type   pg_catalog.oid;
@@ -374,12 +377,12 @@ BEGIN
         -- A plain lock's DELETE reads no value of the rows.
         SELECT 20 INTO v_type FROM pgadvisory.fenced_table AS ft
         WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
-          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::text[];
+          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[];
     ELSIF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
         SELECT (SELECT pg_catalog.pg_typeof(n.fencing_token)::pg_catalog.oid FROM fence_new AS n LIMIT 1) INTO v_type
         FROM pgadvisory.fenced_table AS ft
         WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
-          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::text[];
+          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[];
     END IF;
     IF v_type IS DISTINCT FROM 20 THEN
         PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
@@ -414,7 +417,7 @@ BEGIN
     --    published token, whose fence row stays locked FOR SHARE to the end
     --    of the transaction (the next holder's publish waits for this write).
     IF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
-        v_id := v_lock::bigint;
+        v_id := v_lock::pg_catalog.int8;
         SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) v_id FOR SHARE;
         IF v_cur IS NULL OR v_cur OPERATOR(pg_catalog.<>) v_tok THEN
             RAISE EXCEPTION 'pgadvisory: stale fencing token % for lock %: %', v_tok, v_id,
@@ -476,7 +479,7 @@ AS $$
 DECLARE
     v_lock   bigint;
     v_policy text   := TG_ARGV[1];
-    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
+    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8;
 BEGIN
     IF TG_NARGS OPERATOR(pg_catalog.<>) 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive'])
        OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW' THEN
@@ -484,7 +487,7 @@ BEGIN
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
     PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check', TG_ARGV, true);
-    v_lock := TG_ARGV[0]::bigint;
+    v_lock := TG_ARGV[0]::pg_catalog.int8;
     IF v_tok IS NULL THEN
         IF v_policy OPERATOR(pg_catalog.=) 'permissive' THEN
             IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN RETURN OLD; END IF;
@@ -527,7 +530,7 @@ AS $$
 DECLARE
     v_name   text := TG_ARGV[0];
     v_policy text := TG_ARGV[1];
-    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
+    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8;
     v_params text[];
     v_oldps  text[];
     v_col    text;
@@ -556,7 +559,7 @@ BEGIN
     END IF;
     -- The row's lock (the old row for DELETE; an UPDATE needs the old row's
     -- lock too), from the parameter columns' text, read one by one.
-    v_params := pg_catalog.array_fill(NULL::text, ARRAY[TG_NARGS OPERATOR(pg_catalog.-) 2]);
+    v_params := pg_catalog.array_fill(NULL::pg_catalog.text, ARRAY[TG_NARGS OPERATOR(pg_catalog.-) 2]);
     v_oldps := v_params;
     FOR i IN 2 .. TG_NARGS OPERATOR(pg_catalog.-) 1 LOOP
         v_col := TG_ARGV[i];
@@ -611,7 +614,7 @@ AS $$
 -- only; it reads no row.
 DECLARE
     v_policy text := TG_ARGV[1];
-    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint;
+    v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8;
 BEGIN
     IF TG_NARGS OPERATOR(pg_catalog.<) 2 OR TG_ARGV[0] IS NULL OR v_policy IS NULL OR v_policy OPERATOR(pg_catalog.<>) ALL (ARRAY['strict', 'permissive']) THEN
         RAISE EXCEPTION 'pgadvisory: fence_truncate_guard on %.% needs the arguments of the table''s fence trigger',
@@ -632,7 +635,7 @@ BEGIN
             USING ERRCODE = 'LF002',
                   HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)).';
     END IF;
-    PERFORM pgadvisory.fence_require_current(TG_ARGV[0]::bigint, v_tok, NULL, NULL);
+    PERFORM pgadvisory.fence_require_current(TG_ARGV[0]::pg_catalog.int8, v_tok, NULL, NULL);
     RETURN NULL;
 END
 $$;
@@ -941,13 +944,13 @@ SELECT CASE
                            pg_catalog.decode('00', 'hex')
                            OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(e.b))
                            OPERATOR(pg_catalog.||) e.b,
-                           ''::bytea ORDER BY e.ord)
+                           ''::pg_catalog.bytea ORDER BY e.ord)
                 FROM (
                     SELECT pg_catalog.convert_to(u.p, 'UTF8') AS b, u.ord
                     FROM pg_catalog.unnest(params) WITH ORDINALITY AS u(p, ord)
                 ) AS e
-            ), ''::bytea)
-         ), 1, 8), 'hex'))::bit(64)::bigint
+            ), ''::pg_catalog.bytea)
+         ), 1, 8), 'hex'))::pg_catalog.bit(64)::pg_catalog.int8
 END
 $$;
 -- +goose StatementEnd
@@ -1005,9 +1008,9 @@ BEGIN
         BEGIN
             -- A searched CASE: CASE x WHEN y resolves "=" by name.
             v_text := CASE
-                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'int64' THEN params[i]::bigint::text
-                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'uuid' THEN params[i]::uuid::text
-                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'bool' THEN params[i]::boolean::text
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'int64' THEN params[i]::pg_catalog.int8::pg_catalog.text
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'uuid' THEN params[i]::pg_catalog.uuid::pg_catalog.text
+                WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'bool' THEN params[i]::pg_catalog.bool::pg_catalog.text
                 WHEN (v_param OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'string' THEN params[i]
             END;
         EXCEPTION WHEN data_exception THEN
@@ -1050,8 +1053,8 @@ BEGIN
     IF v_pending IS NULL OR v_pending OPERATOR(pg_catalog.=) '' THEN
         RETURN NULL; -- nothing granted: a loser, or a standby
     END IF;
-    v_token := pg_catalog.split_part(v_pending, ':', 1)::bigint;
-    FOREACH v_id IN ARRAY pg_catalog.string_to_array(pg_catalog.split_part(v_pending, ':', 2), ',')::bigint[] LOOP
+    v_token := pg_catalog.split_part(v_pending, ':', 1)::pg_catalog.int8;
+    FOREACH v_id IN ARRAY pg_catalog.string_to_array(pg_catalog.split_part(v_pending, ':', 2), ',')::pg_catalog.int8[] LOOP
         -- Transaction level first (re-entrant: granted at once), then the
         -- session-level hold goes: the lock is never free in between.
         IF NOT pg_catalog.pg_try_advisory_xact_lock(v_id) OR NOT pg_catalog.pg_advisory_unlock(v_id) THEN
@@ -1059,7 +1062,7 @@ BEGIN
                 USING ERRCODE = '55000';
         END IF;
     END LOOP;
-    v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);
+    v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::pg_catalog.text, true);
     v_set := pg_catalog.set_config('pgadvisory.granted', 'on', true);
     v_set := pg_catalog.set_config('pgadvisory.pending', '', false);
     RETURN v_token;
@@ -1083,7 +1086,7 @@ SELECT k.lock_id,
        a.application_name,
        a.client_addr,
        a.xact_start,
-       (pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start)::interval AS xact_age,
+       (pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start)::pg_catalog.interval AS xact_age,
        a.state,
        a.wait_event,
        pg_catalog.pg_blocking_pids(l.pid) AS blocked_by,
@@ -1091,7 +1094,7 @@ SELECT k.lock_id,
        e.term AS leader_term,
        e.elected_at AS leader_since
 FROM pg_catalog.pg_locks AS l
-CROSS JOIN LATERAL (SELECT ((l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint)::bigint AS lock_id) AS k
+CROSS JOIN LATERAL (SELECT ((l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8)::pg_catalog.int8 AS lock_id) AS k
 LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) l.pid
 LEFT JOIN pgadvisory.registry AS r ON r.lock_id OPERATOR(pg_catalog.=) k.lock_id
 -- current_leader's checks, on this row's pg_locks and pg_stat_activity
@@ -1139,7 +1142,7 @@ FROM PUBLIC;
 -- of a table's fence triggers carry the same ones). A row trigger cloned to
 -- a partition is listed through its parent.
 INSERT INTO pgadvisory.fenced_table (relid, lock, policy, columns)
-SELECT DISTINCT ON (t.tgrelid) t.tgrelid, a.args[1], a.args[2], COALESCE(a.args[3:], '{}')
+SELECT DISTINCT ON (t.tgrelid) t.tgrelid, a.args[1], a.args[2], COALESCE(a.args[3:], '{}'::pg_catalog.text[])
 FROM pg_catalog.pg_trigger AS t
 CROSS JOIN LATERAL (
     -- tgargs holds each argument followed by a zero byte; lockgen's
@@ -1147,12 +1150,12 @@ CROSS JOIN LATERAL (
     -- backslashes, which the escape encoding leaves as they are.
     SELECT (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), E'\\000'))[1:t.tgnargs] AS args
 ) AS a
-WHERE t.tgfoid IN ('pgadvisory.fence_check()'::regprocedure, 'pgadvisory.fence_check_param()'::regprocedure,
-                   'pgadvisory.fence_stamp()'::regprocedure, 'pgadvisory.fence_check_statement()'::regprocedure,
-                   'pgadvisory.fence_truncate_guard()'::regprocedure)
-  AND t.tgnargs >= 2
-  AND t.tgparentid = 0
-  AND a.args[2] IN ('strict', 'permissive')
+WHERE t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY['pgadvisory.fence_check()', 'pgadvisory.fence_check_param()',
+                   'pgadvisory.fence_stamp()', 'pgadvisory.fence_check_statement()',
+                   'pgadvisory.fence_truncate_guard()']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+  AND t.tgnargs OPERATOR(pg_catalog.>=) 2
+  AND t.tgparentid OPERATOR(pg_catalog.=) 0
+  AND a.args[2] OPERATOR(pg_catalog.=) ANY (ARRAY['strict', 'permissive'])
 ORDER BY t.tgrelid, t.tgname;
 
 -- +goose Down

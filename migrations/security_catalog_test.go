@@ -1,12 +1,14 @@
 package migrations_test
 
 import (
+	"database/sql"
 	"fmt"
 	"io/fs"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -218,6 +220,126 @@ func TestSecurityOperatorsQualified(t *testing.T) {
 		bare = append(bare, bareOperators(name, def)...)
 	}
 	require.Empty(t, bare, "operators not written OPERATOR(pg_catalog.op) in the views' latest definitions")
+
+	bare = nil
+	for name, def := range views {
+		bare = append(bare, bareCasts(name, def)...)
+	}
+	require.Empty(t, bare, "casts to a type not written pg_catalog.type in the views' latest definitions")
+}
+
+// TestSecurityCastsQualified: every SQL and PL/pgSQL function of pgadvisory
+// names the type of each cast with its schema (x::pg_catalog.int8,
+// CAST(x AS pg_catalog.text), pg_catalog.interval '1s'), so that no cast
+// depends on the search_path, pinned or not. The views, column defaults
+// and check constraints of pgadvisory store the types, functions and
+// operators they resolved when they were created: each must be
+// pg_catalog's or lockgen's own.
+func TestSecurityCastsQualified(t *testing.T) {
+	db := migrated.DB(t)
+	rows, err := db.Query(`SELECT p.oid::regprocedure::text, p.prosrc
+		FROM pg_proc AS p JOIN pg_language AS l ON l.oid = p.prolang
+		WHERE p.pronamespace = 'pgadvisory'::regnamespace AND l.lanname IN ('sql', 'plpgsql')
+		ORDER BY 1`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var bare []string
+	n := 0
+	for rows.Next() {
+		var name, src string
+		require.NoError(t, rows.Scan(&name, &src))
+		n++
+		bare = append(bare, bareCasts(name, src)...)
+	}
+	require.NoError(t, rows.Err())
+	require.NotZero(t, n)
+	require.Empty(t, bare, "casts to a type not written pg_catalog.type")
+
+	require.Empty(t, foreignDependencies(t, db, "pgadvisory"),
+		"views, defaults and check constraints using types, functions or operators outside pg_catalog and pgadvisory")
+}
+
+// TestForeignDependencies: the dependency scan finds a view, a default and
+// a check constraint that use a type, a function and an operator of
+// another schema, and nothing in a schema whose objects use pg_catalog's
+// only (the control).
+func TestForeignDependencies(t *testing.T) {
+	db := migrated.DB(t)
+	schema := fmt.Sprintf("deps_%d", time.Now().UnixNano())
+	other := schema + "_other"
+	for _, q := range []string{
+		`CREATE SCHEMA ` + schema,
+		`CREATE SCHEMA ` + other,
+		`CREATE TABLE ` + schema + `.plain (a int DEFAULT pg_catalog.now()::pg_catalog.date OPERATOR(pg_catalog.-) '2000-01-01'::pg_catalog.date CHECK (a OPERATOR(pg_catalog.>=) 0))`,
+		`CREATE VIEW ` + schema + `.v_plain AS SELECT a::pg_catalog.text AS t FROM ` + schema + `.plain`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(`DROP SCHEMA ` + schema + `, ` + other + ` CASCADE`) })
+	require.Empty(t, foreignDependencies(t, db, schema), "the control: pg_catalog's only")
+
+	for _, q := range []string{
+		`CREATE DOMAIN ` + other + `.pos AS int`,
+		`CREATE FUNCTION ` + other + `.zero() RETURNS int LANGUAGE sql AS 'SELECT 0'`,
+		`CREATE FUNCTION ` + other + `.eq(int, int) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,
+		`CREATE OPERATOR ` + other + `.=== (LEFTARG = int, RIGHTARG = int, FUNCTION = ` + other + `.eq)`,
+		`CREATE TABLE ` + schema + `.hostile (a int DEFAULT ` + other + `.zero() CHECK (a OPERATOR(` + other + `.===) a))`,
+		`CREATE VIEW ` + schema + `.v_hostile AS SELECT a::` + other + `.pos AS p FROM ` + schema + `.hostile`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	got := strings.Join(foreignDependencies(t, db, schema), "\n")
+	require.Contains(t, got, schema+".v_hostile: type "+other+".pos")
+	require.Contains(t, got, schema+".hostile: function "+other+".zero()")
+	require.Contains(t, got, schema+".hostile: operator "+other+".===(integer,integer)")
+	require.NotContains(t, got, "plain")
+}
+
+// foreignDependencies returns, for the views, column defaults and check
+// constraints of schema, each type, function and operator they depend on
+// that is neither pg_catalog's nor schema's own, as "relation: kind name".
+func foreignDependencies(t *testing.T, db *sql.DB, schema string) []string {
+	t.Helper()
+	rows, err := db.Query(`WITH owners AS (
+			SELECT 'pg_rewrite'::regclass AS classid, rw.oid AS objid, rw.ev_class AS rel
+			FROM pg_rewrite AS rw JOIN pg_class AS c ON c.oid = rw.ev_class
+			WHERE c.relnamespace = $1::regnamespace
+			UNION ALL
+			SELECT 'pg_attrdef'::regclass, d.oid, d.adrelid
+			FROM pg_attrdef AS d JOIN pg_class AS c ON c.oid = d.adrelid
+			WHERE c.relnamespace = $1::regnamespace
+			UNION ALL
+			SELECT 'pg_constraint'::regclass, k.oid, k.conrelid
+			FROM pg_constraint AS k JOIN pg_class AS c ON c.oid = k.conrelid
+			WHERE c.relnamespace = $1::regnamespace
+		), refs AS (
+			SELECT DISTINCT o.rel, d.refclassid, d.refobjid
+			FROM owners AS o JOIN pg_depend AS d ON d.classid = o.classid AND d.objid = o.objid
+		)
+		SELECT r.rel::regclass::text || ': type ' || x.oid::regtype::text
+		FROM refs AS r JOIN pg_type AS x ON r.refclassid = 'pg_type'::regclass AND x.oid = r.refobjid
+		WHERE x.typnamespace NOT IN ('pg_catalog'::regnamespace, $1::regnamespace)
+		UNION
+		SELECT r.rel::regclass::text || ': function ' || x.oid::regprocedure::text
+		FROM refs AS r JOIN pg_proc AS x ON r.refclassid = 'pg_proc'::regclass AND x.oid = r.refobjid
+		WHERE x.pronamespace NOT IN ('pg_catalog'::regnamespace, $1::regnamespace)
+		UNION
+		SELECT r.rel::regclass::text || ': operator ' || x.oid::regoperator::text
+		FROM refs AS r JOIN pg_operator AS x ON r.refclassid = 'pg_operator'::regclass AND x.oid = r.refobjid
+		WHERE x.oprnamespace NOT IN ('pg_catalog'::regnamespace, $1::regnamespace)
+		ORDER BY 1`, schema)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
 
 // viewDefinition matches a view's definition in a migration: its name and
@@ -247,6 +369,134 @@ func bareOperators(name, src string) []string {
 		}
 	}
 	return out
+}
+
+// castCode returns src with its comments, quoted identifiers and
+// OPERATOR(...) spellings blanked and every string literal written ” (a
+// typed literal stays visible), keeping the line breaks.
+func castCode(src string) string {
+	return sqlNoise.ReplaceAllStringFunc(src, func(s string) string {
+		nl := strings.Repeat("\n", strings.Count(s, "\n"))
+		if s[0] == '\'' || ((s[0] == 'e' || s[0] == 'E') && len(s) > 1 && s[1] == '\'') {
+			return " ''" + nl + " "
+		}
+		return nl + " "
+	})
+}
+
+// castTarget matches "::" and the type name after it; group 2 is the dot
+// of a schema-qualified name. A quoted type name was blanked, so "::"
+// followed by no name is reported too.
+var castTarget = regexp.MustCompile(`::\s*(?:([A-Za-z_][\w$]*)\s*(\.)?)?`)
+
+// typedLiteral matches a typed literal, type 'text', of a type whose
+// name is not schema-qualified (the string already written ”).
+var typedLiteral = regexp.MustCompile(`(?i)(^|[^.\w])(bigint|smallint|integer|int|int2|int4|int8|text|varchar|character|char|boolean|bool|uuid|bytea|bit|interval|timestamptz|timestamp|date|time|timetz|numeric|decimal|real|float4|float8|float|double\s+precision|json|jsonb|oid|name|regclass|regtype|regprocedure|regproc|regnamespace|regrole|inet|cidr)\s+''`)
+
+// castCall matches the start of CAST(expr AS type).
+var castCall = regexp.MustCompile(`(?i)\bCAST\s*\(`)
+
+// castAs matches the AS of CAST(expr AS type) and the type name after it.
+var castAs = regexp.MustCompile(`(?i)\bAS\s+([A-Za-z_][\w$]*)?\s*(\.)?`)
+
+// bareCasts returns, for the function name with body src, each cast whose
+// type name is not schema-qualified, with its line: x::type, CAST(x AS
+// type) and type 'literal'. Such a type resolves through the search_path
+// the body runs with.
+func bareCasts(name, src string) []string {
+	code := castCode(src)
+	lineOf := func(i int) int { return strings.Count(code[:i], "\n") + 1 }
+	excerpt := func(i int) string {
+		start := strings.LastIndex(code[:i], "\n") + 1
+		end := strings.Index(code[i:], "\n")
+		if end < 0 {
+			end = len(code) - i
+		}
+		return strings.TrimSpace(code[start : i+end])
+	}
+	var out []string
+	for _, m := range castTarget.FindAllStringSubmatchIndex(code, -1) {
+		if m[4] < 0 { // no dot after the name: no schema
+			out = append(out, fmt.Sprintf("%s line %d: %q in %q", name, lineOf(m[0]), strings.TrimSpace(code[m[0]:m[1]]), excerpt(m[0])))
+		}
+	}
+	// A string literal with "::" in it is SQL that EXECUTE runs (messages
+	// and hints write no casts): its casts are held to the same rule.
+	for _, lit := range sqlNoise.FindAllStringIndex(src, -1) {
+		s := src[lit[0]:lit[1]]
+		if s[0] != '\'' && !((s[0] == 'e' || s[0] == 'E') && len(s) > 1 && s[1] == '\'') {
+			continue
+		}
+		for _, m := range castTarget.FindAllStringSubmatchIndex(s, -1) {
+			if m[4] < 0 {
+				out = append(out, fmt.Sprintf("%s line %d: %q in the string %s", name, strings.Count(src[:lit[0]], "\n")+1, strings.TrimSpace(s[m[0]:m[1]]), s))
+			}
+		}
+	}
+	for _, m := range typedLiteral.FindAllStringSubmatchIndex(code, -1) {
+		out = append(out, fmt.Sprintf("%s line %d: typed literal %s in %q", name, lineOf(m[4]), code[m[4]:m[5]], excerpt(m[4])))
+	}
+	for _, m := range castCall.FindAllStringIndex(code, -1) {
+		// The AS at the call's own depth, up to its closing parenthesis.
+		depth, as := 0, -1
+		for i := m[1]; i < len(code) && depth >= 0; i++ {
+			switch code[i] {
+			case '(':
+				depth++
+			case ')':
+				depth--
+			default:
+				if depth == 0 && as < 0 {
+					if a := castAs.FindStringSubmatchIndex(code[i:]); a != nil && a[0] == 0 && (i == 0 || !isWord(code[i-1])) {
+						as = i
+						if a[4] < 0 {
+							out = append(out, fmt.Sprintf("%s line %d: CAST(... AS %s) in %q", name, lineOf(m[0]), strings.TrimSpace(code[i+a[0] : i+a[1]][2:]), excerpt(m[0])))
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func isWord(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// TestBareCasts: the scan finds what it must and nothing else.
+func TestBareCasts(t *testing.T) {
+	for src, want := range map[string]int{
+		"v := x::bigint;":                                         1,
+		"v := x::pg_catalog.int8;":                                0,
+		"v := x :: pg_catalog . int8;":                            0,
+		"v := x::text[];":                                         1,
+		"v := x::pg_catalog.text[];":                              0,
+		"v := x::bigint::text;":                                   2,
+		"v := x::pg_catalog.int8::text;":                          1,
+		"SELECT NULL::text":                                       1,
+		"SELECT ''::bytea":                                        1,
+		"SELECT (y)::bit(64)::pg_catalog.int8":                    1,
+		"SELECT x::pgadvisory.registry_declaration":               0,
+		`SELECT x::"text"`:                                        1,
+		"SELECT CAST(x AS text)":                                  1,
+		"SELECT CAST(x AS pg_catalog.text)":                       0,
+		"SELECT CAST(f(x) AS bigint) AS y":                        1,
+		"SELECT CAST(f(x) AS pg_catalog.int8) AS y":               0,
+		"SELECT interval '1s'":                                    1,
+		"SELECT pg_catalog.interval '1s'":                         0,
+		"RAISE EXCEPTION 'x' USING HINT = 'y';":                   0,
+		"RAISE EXCEPTION 'x::text' USING HINT = 'a::b';":          2,
+		"-- v := x::bigint":                                       0,
+		"/* x::bigint */ y":                                       0,
+		"v_text text := 'x';":                                     0,
+		"pg_catalog.format('SELECT ($1).%I::text', c)":            1,
+		"pg_catalog.format('SELECT ($1).%I::pg_catalog.text', c)": 0,
+		"WHEN a THEN params[i]::pg_catalog.uuid::pg_catalog.text": 0,
+	} {
+		got := bareCasts("f", src)
+		require.Len(t, got, want, "%s: %v", src, got)
+	}
 }
 
 // TestBareOperators: the scan finds what it must and nothing else.

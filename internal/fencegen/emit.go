@@ -27,7 +27,7 @@ var columnTypes = map[keyspace.ParamType]string{
 
 // tokenSetting is the SQL expression of the transaction's token: the
 // column's default and the row trigger's WHEN condition compare with it.
-const tokenSetting = "NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::bigint"
+const tokenSetting = "NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8"
 
 // Transition table names the statement triggers declare and
 // pgadvisory.fence_check_statement reads.
@@ -54,7 +54,7 @@ func Emit(s *Spec) []byte {
 	e.truncateTrigger()
 	e.register()
 	e.p("-- +goose Down")
-	e.p("SELECT pgadvisory.fence_unregister(%s::regclass);", quoteLiteral(e.table))
+	e.p("SELECT pgadvisory.fence_unregister(%s::pg_catalog.regclass);", quoteLiteral(e.table))
 	e.p("DROP TRIGGER %s ON %s;", TruncateTrigger, e.table)
 	e.dropStatementTriggers()
 	e.p("DROP TRIGGER %s ON %s;", RowTrigger, e.table)
@@ -203,9 +203,13 @@ func (e *emitter) header() {
 func (e *emitter) checks() {
 	s, p := e.s, e.p
 	name := s.Schema + "." + s.Table
-	rel := quoteLiteral(e.table) + "::regclass"
+	rel := quoteLiteral(e.table) + "::pg_catalog.regclass"
 	p("-- +goose StatementBegin")
 	p("DO $lockgen$")
+	if len(s.Columns) > 0 {
+		p("DECLARE")
+		p("    v_type pg_catalog.oid;")
+	}
 	p("BEGIN")
 	p("    IF pg_catalog.to_regprocedure('pgadvisory.fence_stamp()') IS NULL")
 	p("       OR pg_catalog.to_regprocedure('pgadvisory.fence_check_statement()') IS NULL")
@@ -214,22 +218,59 @@ func (e *emitter) checks() {
 	p("        RAISE EXCEPTION 'lockgen fence: lockgen''s schema (pgadvisory, migration 00008 or later) is missing: run pgadvisory.Migrate (or lockgen''s migrations) first'")
 	p("            USING ERRCODE = '42883';")
 	p("    END IF;")
-	p("    IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = %s AND c.relkind = 'p') THEN", rel)
+	p("    IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) %s AND c.relkind OPERATOR(pg_catalog.=) 'p') THEN", rel)
 	p("        RAISE EXCEPTION 'lockgen fence: %s is a partitioned table, which lockgen cannot fence whole: statement triggers are not cloned to its partitions, and TRUNCATE of one partition skips the parent''s guard; fence a plain table'", name)
 	p("            USING ERRCODE = '0A000';")
 	p("    END IF;")
-	p("    IF EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = %s) THEN", rel)
+	p("    IF EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid OPERATOR(pg_catalog.=) %s) THEN", rel)
 	p("        RAISE EXCEPTION 'lockgen fence: %s is a partition or inherits from another table, which lockgen cannot fence: statements aimed at the parent skip its statement triggers; fence a plain table'", name)
 	p("            USING ERRCODE = '0A000';")
 	p("    END IF;")
-	p("    IF EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhparent = %s) THEN", rel)
+	p("    IF EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhparent OPERATOR(pg_catalog.=) %s) THEN", rel)
 	p("        RAISE EXCEPTION 'lockgen fence: %s has child tables (inheritance), which lockgen cannot fence whole: statements through it skip the children''s statement triggers; fence a plain table'", name)
 	p("            USING ERRCODE = '0A000';")
 	p("    END IF;")
+	e.columnChecks(rel)
 	p("END")
 	p("$lockgen$;")
 	p("-- +goose StatementEnd")
 	p("")
+}
+
+// columnTypeOIDs are the OIDs of the column types of columnTypes, fixed in
+// PostgreSQL's catalog: int2 21, int4 23, int8 20, uuid 2950, bool 16,
+// text 25, varchar 1043.
+var columnTypeOIDs = map[keyspace.ParamType]string{
+	keyspace.Int64:  "21,23,20",
+	keyspace.UUID:   "2950",
+	keyspace.Bool:   "16",
+	keyspace.String: "25,1043",
+}
+
+// columnChecks writes, into the DO block, the check of each parameter
+// column: it exists, and its type is one of columnTypes for its declared
+// parameter type, whose text no session setting changes (a date,
+// timestamptz, float or numeric reads differently under the writer's
+// DateStyle, TimeZone or extra_float_digits; a domain has its own OID).
+// It runs before the migration changes anything.
+func (e *emitter) columnChecks(rel string) {
+	s, p := e.s, e.p
+	for i, prm := range s.Lock.Params {
+		col := s.Columns[i]
+		p("    v_type := NULL;")
+		p("    SELECT a.atttypid INTO v_type FROM pg_catalog.pg_attribute AS a")
+		p("    WHERE a.attrelid OPERATOR(pg_catalog.=) %s AND a.attname OPERATOR(pg_catalog.=) %s::pg_catalog.name", rel, quoteLiteral(col))
+		p("      AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;")
+		p("    IF v_type IS NULL THEN")
+		p("        RAISE EXCEPTION 'lockgen fence: %s.%s has no column %s (parameter %s of lock %s)'", s.Schema, s.Table, col, prm.Name, s.Lock.Name)
+		p("            USING ERRCODE = '42703';")
+		p("    END IF;")
+		p("    IF v_type OPERATOR(pg_catalog.<>) ALL ('{%s}'::pg_catalog.oid[]) THEN", columnTypeOIDs[prm.Type])
+		p("        RAISE EXCEPTION 'lockgen fence: column %s of %s.%s is %%: parameter %s (%s) of lock %s needs %s, whose text no session setting changes', pg_catalog.format_type(v_type, NULL)",
+			col, s.Schema, s.Table, prm.Name, prm.Type, s.Lock.Name, columnTypes[prm.Type])
+		p("            USING ERRCODE = '42804';")
+		p("    END IF;")
+	}
 }
 
 // notNull writes the NOT NULL constraints of a parameterized lock's
@@ -257,11 +298,11 @@ func (e *emitter) notNull() {
 // EXECUTE on pgadvisory.fence_register (the owner of lockgen's schema has
 // it, and grants it).
 func (e *emitter) register() {
-	cols := "'{}'::text[]"
+	cols := "'{}'::pg_catalog.text[]"
 	if len(e.s.Columns) > 0 {
-		cols = "ARRAY[" + strings.Join(e.args[2:], ", ") + "]::text[]"
+		cols = "ARRAY[" + strings.Join(e.args[2:], ", ") + "]::pg_catalog.text[]"
 	}
-	e.p("SELECT pgadvisory.fence_register(%s::regclass, %s, %s, %s);", quoteLiteral(e.table), e.args[0], e.args[1], cols)
+	e.p("SELECT pgadvisory.fence_register(%s::pg_catalog.regclass, %s, %s, %s);", quoteLiteral(e.table), e.args[0], e.args[1], cols)
 	e.p("")
 }
 

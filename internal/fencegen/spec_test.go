@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,46 @@ func TestEmitGolden(t *testing.T) {
 			require.Equal(t, boolInt(!tc.upgrade), strings.Count(text[up:down], "ADD COLUMN"))
 			require.Equal(t, boolInt(!tc.upgrade), strings.Count(text[down:], "DROP COLUMN"))
 			require.Equal(t, boolInt(tc.upgrade), strings.Count(text[down:], "\nCREATE TRIGGER "), "an upgrade's Down restores the first layout's row trigger")
+			require.Empty(t, unqualified(text), "casts and operators not written with pg_catalog")
 		})
+	}
+}
+
+// generatedNoise matches what a generated migration may contain that is
+// not a cast or an operator: string literals, -- comments, and the
+// assignments of RAISE's USING ERRCODE = ….
+var generatedNoise = regexp.MustCompile(`'(?:[^']|'')*'|--[^\n]*|(?i:ERRCODE)\s*=`)
+
+// castOrOperator matches a cast's type name (group 1 is the dot of a
+// qualified one) or a comparison operator written bare.
+var castOrOperator = regexp.MustCompile(`::\s*[a-z_][a-z0-9_]*(\s*\.)?|\s(=|<>|!=|<|>|<=|>=)\s`)
+
+// unqualified returns each cast to a type not written pg_catalog.type and
+// each operator not written OPERATOR(pg_catalog.op) in sql: the migration
+// runs with the search_path of the role that applies it.
+func unqualified(sql string) []string {
+	code := generatedNoise.ReplaceAllString(sql, " ")
+	var out []string
+	for _, m := range castOrOperator.FindAllStringSubmatchIndex(code, -1) {
+		if strings.HasPrefix(code[m[0]:], "::") && m[2] >= 0 {
+			continue
+		}
+		out = append(out, strings.TrimSpace(code[m[0]:m[1]]))
+	}
+	return out
+}
+
+// TestUnqualified: the scan finds what it must and nothing else.
+func TestUnqualified(t *testing.T) {
+	for sql, want := range map[string]int{
+		"WHERE c.oid = 'a'::regclass":                                 2,
+		"WHERE c.oid OPERATOR(pg_catalog.=) 'a'::pg_catalog.regclass": 0,
+		"RAISE EXCEPTION 'a = b::text' USING ERRCODE = '0A000';":      0,
+		"-- x = y::bigint": 0,
+		"DEFAULT NULLIF(pg_catalog.current_setting('x', true), '')::bigint": 1,
+		"WHEN (NEW.fencing_token IS DISTINCT FROM x)":                       0,
+	} {
+		require.Len(t, unqualified(sql), want, sql)
 	}
 }
 

@@ -72,8 +72,8 @@ var Mutants = []Mutant{
 	{
 		Name: "fence-handover-wrong-token", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::text, true);",
-		Replace: "v_set := pg_catalog.set_config('pgadvisory.fencing_token', (v_token OPERATOR(pg_catalog.-) 1)::text, true);",
+		Search:  "v_set := pg_catalog.set_config('pgadvisory.fencing_token', v_token::pg_catalog.text, true);",
+		Replace: "v_set := pg_catalog.set_config('pgadvisory.fencing_token', (v_token OPERATOR(pg_catalog.-) 1)::pg_catalog.text, true);",
 		Promise: "fn's writes carry the token that was published",
 		Pkgs:    pgadvisory, Run: "^TestFencingTokens$",
 	},
@@ -170,7 +170,7 @@ var Mutants = []Mutant{
 	{
 		Name: "truncate-guard-unchecked", Area: "fencing",
 		File:    "migrations/00008_security.sql",
-		Search:  "    PERFORM pgadvisory.fence_require_current(TG_ARGV[0]::bigint, v_tok, NULL, NULL);\n",
+		Search:  "    PERFORM pgadvisory.fence_require_current(TG_ARGV[0]::pg_catalog.int8, v_tok, NULL, NULL);\n",
 		Replace: "",
 		Promise: "a TRUNCATE with a stale token is refused",
 		Pkgs:    migrations, Run: "^TestFenceTruncateGuard$",
