@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
@@ -104,7 +105,7 @@ func TestFencePublishOrderedAfterWriter(t *testing.T) {
 	default:
 	}
 	require.NoError(t, writer.tx.Commit())
-	t3 := <-done
+	t3 := frontdoor.Await(t, done, "the publish after the writer's commit")
 	require.Greater(t, t3, t2)
 	require.Equal(t, t3, fencing.Published(t, db, lock))
 }

@@ -74,7 +74,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 				return nil
 			})
 		}()
-		<-held
+		frontdoor.Await(t, held, "the holder's lock")
 
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -208,7 +208,7 @@ func TestCancelServerSide(t *testing.T) {
 			go func() {
 				holderDone <- door.RunExclusive(ctx, key, func(frontdoor.Tx) error { close(held); <-release; return nil })
 			}()
-			<-held
+			frontdoor.Await(t, held, "the holder's lock")
 			released := false
 			defer func() {
 				if !released {

@@ -64,7 +64,7 @@ func TestFaultKillLedger(t *testing.T) {
 			return door.RunExclusive(ctx, key, fn, pgadvisory.WithWait(30*time.Second))
 		}, table)
 		close(stop)
-		kills := <-killed
+		kills := frontdoor.Await(t, killed, "the killer's count")
 		px.OnClientWrite(nil)
 
 		// Unknown outcomes beyond the proxy's cuts are nemesis kills that
@@ -128,7 +128,7 @@ func TestFaultKillLedgerControl(t *testing.T) {
 		return nil
 	}, table)
 	close(stop)
-	kills := <-killed
+	kills := frontdoor.Await(t, killed, "the killer's count")
 	for i, err := range ta.others {
 		if i < 3 {
 			t.Logf("other: %v", err)

@@ -50,7 +50,7 @@ func TestFencingWaitOutlastsServerTimeouts(t *testing.T) {
 						}
 						return tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&statementTimeout)
 					}, pgadvisory.WithWait(wait), pgadvisory.WithFencing())
-					require.NoError(t, <-done)
+					require.NoError(t, frontdoor.Await(t, done, "the holder's return"))
 					if door.Driver == frontdoor.Pgx {
 						require.NoError(t, err, "the wait outlasted lock_timeout and statement_timeout")
 						require.Equal(t, tok, fencing.Published(t, db, key))

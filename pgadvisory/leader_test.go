@@ -245,7 +245,7 @@ func TestLeadIgnoringItsContext(t *testing.T) {
 			go func() {
 				_ = doors[1].Lead(ctx, key, func(context.Context, int64) error { close(elected); return nil })
 			}()
-			<-elected
+			frontdoor.Await(t, elected, "the other replica's election")
 			lateWrite = doors[0].RunFenced(ctx, term, func(tx frontdoor.Tx) error {
 				return tx.Exec(ctx, `INSERT INTO `+table+` (id, balance) VALUES (1, 1)`)
 			})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -76,7 +77,7 @@ func TestWatchLeader(t *testing.T) {
 		require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
 	}
 	stop()
-	require.NoError(t, <-returned, "nil once ctx ends")
+	require.NoError(t, frontdoor.Await(t, returned, "WatchLeader's return"), "nil once ctx ends")
 
 	boom := errors.New("boom")
 	require.ErrorIs(t, watcher.WatchLeader(ctx, lock, func(pgadvisory.Leader) error { return boom }), boom)

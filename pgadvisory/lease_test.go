@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/fencing"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
@@ -162,7 +163,7 @@ func TestLeasePausedHolderLosesAndIsFenced(t *testing.T) {
 			return nil
 		}, pgadvisory.WithLease(ttl))
 	}()
-	term1 := <-leading
+	term1 := frontdoor.Await(t, leading, "the first leader's term")
 
 	// Block the renewals: the lease row stays locked by this transaction.
 	blocker, err := admin.BeginTx(ctx, nil)
@@ -202,11 +203,11 @@ func TestLeasePausedHolderLosesAndIsFenced(t *testing.T) {
 			return fctx.Err()
 		}, pgadvisory.WithLease(ttl))
 	}()
-	<-bLeads
+	frontdoor.Await(t, bLeads, "the second leader")
 	require.Greater(t, term2, term1)
 
 	close(resume)
-	err = <-aDone
+	err = frontdoor.Await(t, aDone, "the paused leader's return")
 	require.ErrorIs(t, staleErr, pgadvisory.ErrStaleToken, "the old term's fenced write is rejected")
 	require.NoError(t, controlErr, "control: the unfenced write of the old term lands")
 	require.ErrorIs(t, err, pgadvisory.ErrLockLost)
@@ -218,7 +219,7 @@ func TestLeasePausedHolderLosesAndIsFenced(t *testing.T) {
 	require.Len(t, fencing.Rows(t, admin, control), 2, "control: both leaders' writes landed")
 
 	close(bRelease)
-	require.NoError(t, <-bDone, "the new leader kept its lease")
+	require.NoError(t, frontdoor.Await(t, bDone, "the second leader's return"), "the new leader kept its lease")
 }
 
 // TestLeaseRenewalFindsSuperseded: a renewal that finds the lease's term
@@ -279,7 +280,7 @@ func TestLeaseBatchedRenewal(t *testing.T) {
 		}(keys[i])
 	}
 	for range keys {
-		<-started
+		frontdoor.Await(t, started, "a lease")
 	}
 	time.Sleep(3 * ttl)
 	var spread time.Duration
@@ -289,7 +290,7 @@ func TestLeaseBatchedRenewal(t *testing.T) {
 	require.Less(t, spread, ttl/10, "renewed together: one statement set every expiry (%d distinct)", distinct)
 	close(stop)
 	for range keys {
-		require.NoError(t, <-done)
+		require.NoError(t, frontdoor.Await(t, done, "a lease's return"))
 	}
 }
 
@@ -535,7 +536,7 @@ func TestLeaseThreeCandidatesThroughPgBouncer(t *testing.T) {
 		}()
 	}
 	for range cands {
-		require.NoError(t, <-errs)
+		require.NoError(t, frontdoor.Await(t, errs, "a candidate's end"))
 	}
 	n := int(led.Load())
 	require.GreaterOrEqual(t, n, leaderships)
@@ -574,10 +575,10 @@ func TestLeasePackageFunctionsTwoDatabases(t *testing.T) {
 			}, pgadvisory.WithLease(ttl))
 		}()
 	}
-	<-started
-	<-started
+	frontdoor.Await(t, started, "a lease")
+	frontdoor.Await(t, started, "a lease")
 	for range 2 {
-		require.NoError(t, <-errs, "each lease renewed on its own pool")
+		require.NoError(t, frontdoor.Await(t, errs, "a lease's return"), "each lease renewed on its own pool")
 	}
 }
 
@@ -615,7 +616,7 @@ func TestLeaseRenewalRoundTrips(t *testing.T) {
 		}()
 	}
 	for range n {
-		<-started
+		frontdoor.Await(t, started, "a lease")
 	}
 	time.Sleep(ttl / 2) // the acquisitions' connections are set up
 	before := counter.RoundTrips()
@@ -628,6 +629,6 @@ func TestLeaseRenewalRoundTrips(t *testing.T) {
 	require.LessOrEqual(t, trips, 2*intervals, "one renewal statement per interval for all the leases, not one per lease")
 	close(stop)
 	for range n {
-		require.NoError(t, <-done)
+		require.NoError(t, frontdoor.Await(t, done, "a lease's return"))
 	}
 }

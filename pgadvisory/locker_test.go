@@ -81,7 +81,7 @@ func TestLockerClose(t *testing.T) {
 				return nil
 			})
 		}()
-		<-held
+		frontdoor.Await(t, held, "the session lock")
 		require.NoError(t, door.Close())
 		require.NoError(t, door.Close(), "a second Close does nothing")
 
@@ -106,7 +106,7 @@ func TestLockerClose(t *testing.T) {
 
 		require.False(t, w.LockFree(t, other), "the session lock taken before Close is still held")
 		close(release)
-		require.NoError(t, <-done)
+		require.NoError(t, frontdoor.Await(t, done, "the session lock's return"))
 		require.True(t, w.LockFree(t, other))
 		frontdoor.RequireIdle(t, door)
 		if door.Driver == frontdoor.SQL {

@@ -146,7 +146,7 @@ func TestOptionWaitZero(t *testing.T) {
 		default:
 		}
 		require.NoError(t, release())
-		require.NoError(t, <-done)
+		require.NoError(t, frontdoor.Await(t, done, "the waiter's return"))
 		require.Equal(t, 1, seen, "the waiter sees the holder's committed row")
 	})
 }

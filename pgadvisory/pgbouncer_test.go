@@ -83,7 +83,7 @@ func TestPgBouncerRunExclusive(t *testing.T) {
 					}
 
 					releaseOnce()
-					require.NoError(t, <-done)
+					require.NoError(t, frontdoor.Await(t, done, "the holder's return"))
 					require.Equal(t, 1, rows("holder "+holder.Label()), "the holder's write committed")
 					require.Eventually(t, func() bool { return len(witness.Of(e.direct).Holds(t, key)) == 0 },
 						10*time.Second, 10*time.Millisecond, "the lock was released")

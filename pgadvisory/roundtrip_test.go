@@ -87,7 +87,7 @@ func TestRoundTripsControls(t *testing.T) {
 		default:
 		}
 		release()
-		require.ErrorIs(t, <-errc, pglock.ErrLocked)
+		require.ErrorIs(t, frontdoor.Await(t, errc, "the contender's return"), pglock.ErrLocked)
 		require.EqualValues(t, 3, c.RoundTrips()-before, "BEGIN, lock, ROLLBACK before returning")
 	})
 }

@@ -129,7 +129,7 @@ func TestSessionManyLocksFewConns(t *testing.T) {
 		require.Equal(t, n, backends(t, w, app))
 		close(release)
 		for range n {
-			require.NoError(t, <-errs)
+			require.NoError(t, frontdoor.Await(t, errs, "a call's end"))
 		}
 	})
 }
@@ -200,7 +200,7 @@ func TestSessionWaiterDoesNotBlockItsConnection(t *testing.T) {
 				frontdoor.Await(t, granted, "the waiter's grant")
 				require.NoError(t, frontdoor.Await(t, waitErr, "the waiter's end"))
 				close(sharedOut)
-				require.NoError(t, <-sharedErr)
+				require.NoError(t, frontdoor.Await(t, sharedErr, "the shared call's end"))
 				require.Empty(t, w.Holds(t, key, other, key+2<<40))
 				frontdoor.RequireIdle(t, door)
 			})
@@ -228,7 +228,7 @@ func TestSessionSameKeyInProcess(t *testing.T) {
 				done <- door.RunSession(ctx, key, func(context.Context) error { close(in); <-out; return nil }, opts...)
 			}()
 			frontdoor.Await(t, in, "the holder")
-			return func() error { close(out); return <-done }
+			return func() error { close(out); return frontdoor.Await(t, done, "the holder's return") }
 		}
 		requireLocked := func(t *testing.T, key int64, opts ...pgadvisory.Option) {
 			t.Helper()

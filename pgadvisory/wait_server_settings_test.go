@@ -49,7 +49,7 @@ func TestWaitOutlastsServerTimeouts(t *testing.T) {
 						return nil
 					}, pgadvisory.WithWait(wait))
 					require.NoError(t, err, "the wait outlasted lock_timeout and statement_timeout")
-					require.NoError(t, <-done)
+					require.NoError(t, frontdoor.Await(t, done, "the holder's return"))
 					requireServerTimeouts(t, door, "the session lock's connection, back in the pool")
 				})
 				t.Run(name+"/transaction", func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestWaitOutlastsServerTimeouts(t *testing.T) {
 						}
 						return tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&statementTimeout)
 					}, pgadvisory.WithWait(wait))
-					require.NoError(t, <-done)
+					require.NoError(t, frontdoor.Await(t, done, "the holder's return"))
 					if door.Driver == frontdoor.Pgx {
 						require.NoError(t, err, "the wait outlasted lock_timeout and statement_timeout")
 						require.Equal(t, "100ms", lockTimeout, "fn runs under the database's lock_timeout")

@@ -14,6 +14,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
@@ -146,7 +147,7 @@ func TestMigrateUpSaysWhoHoldsTheLock(t *testing.T) {
 			time.Sleep(3 * lockReportEvery)
 			_, err = holder.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, pgadvisory.MigrationLockID)
 			require.NoError(t, err)
-			r := <-done
+			r := frontdoor.Await(t, done, "lockgen migrate up")
 			require.Equal(t, exitOK, r.code, r.errOut)
 			require.Regexp(t, `(?m)^lockgen migrate: waiting for the migration lock \(another migrator's\), held by pid `+strconv.Itoa(holderPID)+
 				` \(application_name "billing-deploy"(, client [0-9.:a-f]+)?\), for \d+s$`, r.errOut)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/decl"
 	"github.com/lockgen/lockgen/internal/status"
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/generatedlocks"
 	"github.com/lockgen/lockgen/internal/testkit/lockscene"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
@@ -313,7 +314,7 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 			return nil
 		}, pgadvisory.WithHolder("scheduler-a"))
 	}()
-	term := <-elected
+	term := frontdoor.Await(t, elected, "the election")
 	waiterCtx, stopWaiter := context.WithCancel(ctx)
 	go func() {
 		waiterDone <- pgadvisory.Lead(waiterCtx, db, key, func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
@@ -346,9 +347,9 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 	require.WithinDuration(t, time.Now(), leaders[0].Since, time.Minute)
 
 	stopWaiter()
-	require.ErrorIs(t, <-waiterDone, context.Canceled)
+	require.ErrorIs(t, frontdoor.Await(t, waiterDone, "the waiter"), context.Canceled)
 	close(resign)
-	require.NoError(t, <-done)
+	require.NoError(t, frontdoor.Await(t, done, "the leader's return"))
 	require.Eventually(t, func() bool {
 		_, out, _ := lockgen("status", "-db", u)
 		return !strings.Contains(out, keyText)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 )
@@ -86,7 +87,7 @@ func TestGateHoldsBackTheNextRoundTrip(t *testing.T) {
 	default:
 	}
 	release()
-	<-done
+	frontdoor.Await(t, done, "the released write")
 	require.EqualValues(t, 2, c.RoundTrips())
 	require.Zero(t, c.Waiting())
 	release() // idempotent
