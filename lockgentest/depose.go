@@ -13,7 +13,7 @@ import (
 
 // deposeWait bounds how long Depose waits for the backends it ended to
 // be gone.
-const deposeWait = 30 * time.Second
+const deposeWait = 10 * time.Second
 
 // holdersSQL lists the other backends of the current database that hold
 // the advisory lock $1 (a bigint key), at session or transaction level.

@@ -39,6 +39,8 @@ type dbFlags struct {
 	json   bool   // status -json
 	prefix string // status -name
 	uses   string // doctor -uses
+	// conformance is doctor -conformance.
+	conformance bool
 }
 
 // dbFlagHelp is -db's help, shared by every command that connects.

@@ -14,7 +14,7 @@ import (
 
 var doctorCmd = &command{
 	name: "doctor",
-	help: `usage: lockgen doctor [-db URL] [-f locks.yaml] [-uses LIST] [-json]
+	help: `usage: lockgen doctor [-db URL] [-f locks.yaml] [-uses LIST] [-conformance] [-json]
 
 Doctor checks the server and the connection path a service will use, with
 the service's URL and role (through its pooler, if it has one). It prints
@@ -33,6 +33,30 @@ one line per check: pass, warn or fail, the evidence, and the fix. It exits
 	synchronous_commit                   what it means for fn's writes
 	registry                             with -f: declared but not registered, and the reverse, names and
 	                                     parameter types
+
+-conformance adds a second tier, the failure modes that servers and poolers
+resembling PostgreSQL show, each tried with two sessions of its own on the
+path -db names (direct, PgBouncer in either mode, or any other):
+
+	conformance.xact_excludes_xact         a transaction lock is refused to a second transaction
+	conformance.session_excludes_session   a session lock is refused to a second session, and free once unlocked
+	conformance.session_excludes_xact      a session lock is refused to another session's transaction lock
+	conformance.xact_excludes_session      a transaction lock is refused to another session's session lock
+	conformance.held_through_transaction   a transaction lock stays held, as a second session sees it,
+	                                       between the transaction's statements, and is free after COMMIT
+	conformance.same_backend               a session lock, statements back to back and interleaved with
+	                                       another session's, and its unlock land on one backend
+	conformance.returned_connection_clean  a client connection that closes holding a session lock leaves
+	                                       no lock behind
+	conformance.timeout_leaves_nothing     a wait ended by lock_timeout, statement_timeout or a cancel as the
+	                                       holder releases gets the lock, or leaves it held nowhere once its
+	                                       connection is closed
+	conformance.waiter_session_dies        a waiter whose backend is terminated returns with an error within 2s
+
+A failed check says what it means for each entry point and the fix. Behind
+a proven transaction pooler the session-lock checks take no lock: they fail
+when a declared use needs session locks, naming the entry points that are
+safe there.
 
 -uses says which of lockgen's entry points the service calls, comma-separated:
 
@@ -58,6 +82,7 @@ session lock.
 		fs.StringVar(&c.file, "f", "", "declarations `file`, for the registry and lock_table checks")
 		fs.StringVar(&c.db.uses, "uses", "", "the entry points the service calls: a comma-separated `LIST` of exclusive, session, lead, lease, migrate (default: all)")
 		fs.BoolVar(&c.db.json, "json", false, "print JSON for tools")
+		fs.BoolVar(&c.db.conformance, "conformance", false, "also run the conformance checks (two sessions each) on the path")
 	},
 	run: func(c *cli, fs *flag.FlagSet) int {
 		if fs.NArg() > 0 {
@@ -96,6 +121,13 @@ session lock.
 		report, err := doctor.Run(ctx, cfg)
 		if err != nil {
 			return c.fail(err)
+		}
+		if c.db.conformance {
+			more, err := doctor.RunConformance(ctx, cfg)
+			if err != nil {
+				return c.fail(err)
+			}
+			report.Checks = append(report.Checks, more.Checks...)
 		}
 		if c.db.json {
 			enc := json.NewEncoder(c.stdout)

@@ -141,3 +141,36 @@ func TestDoctorCommandRefusesBadInputs(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `unexpected argument "now"`)
 }
+
+// TestDoctorCommandConformance: -conformance adds the conformance checks
+// after the others, in the same shape; on a direct connection they pass,
+// through PgBouncer in transaction mode the session-lock ones fail (exit
+// 1) unless -uses says the service takes only transaction locks and
+// leases.
+func TestDoctorCommandConformance(t *testing.T) {
+	all := append(append([]string(nil), doctor.Names...), doctor.ConformanceNames...)
+	code, out, errOut := lockgen("doctor", "-db", testdb.URL(t), "-conformance", "-json")
+	require.Equal(t, exitOK, code, errOut)
+	var r struct {
+		Checks []map[string]string `json:"checks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Checks, len(all))
+	for i, c := range r.Checks {
+		require.Equal(t, all[i], c["name"])
+		require.Len(t, c, 4, "exactly name, status, detail and fix")
+		if i >= len(doctor.Names) {
+			require.Equal(t, "pass", c["status"], c["detail"])
+		}
+	}
+
+	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction", pgcluster.WithSetting("server_round_robin", "1"))
+	pgcluster.WarmPgBouncer(t, bouncer, 2)
+	code, out, _ = lockgen("doctor", "-db", bouncer, "-conformance")
+	require.Equal(t, exitFail, code, out)
+	require.Regexp(t, `(?m)^pass  conformance\.xact_excludes_xact: `, out)
+	require.Regexp(t, `(?m)^fail  conformance\.session_excludes_session: not tried: the pooler probe proved transaction pooling.*Fix: .*use only transaction locks`, out)
+	code, out, _ = lockgen("doctor", "-db", bouncer, "-conformance", "-uses", "exclusive,lease")
+	require.Equal(t, exitOK, code, out)
+	require.NotContains(t, out, "\nfail ")
+}

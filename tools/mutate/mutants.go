@@ -4,6 +4,8 @@ package main
 var (
 	pgadvisory = []string{"./pgadvisory"}
 	migrations = []string{"./migrations"}
+	testkit    = []string{"./lockgentest"}
+	doctorPkg  = []string{"./internal/doctor"}
 )
 
 // Mutants is the list: each breaks one promise of the documentation's (fencing,
@@ -629,5 +631,53 @@ var Mutants = []Mutant{
 		Replace: "\n$$;",
 		Promise: "CurrentLeader names a lease leader only until its lease expires",
 		Pkgs:    pgadvisory, Run: "^TestLeaseCurrentLeader$",
+	},
+	{
+		Name: "witness-sees-no-overlap", Area: "lockgentest",
+		File:    "lockgentest/witness.go",
+		Search:  "\tfor _, other := range inside {",
+		Replace: "\tfor _, other := range inside[:0] {",
+		Promise: "a Witness fails the test when two holders of one key overlap",
+		Pkgs:    testkit, Run: "^(TestWitnessCatchesAJobThatRunsTwice|TestWitnessKeys)$",
+	},
+	{
+		Name: "template-built-without-lock", Area: "lockgentest",
+		File:    "lockgentest/template.go",
+		Search:  `conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", templateLockID)`,
+		Replace: `conn.Exec(ctx, "SELECT $1::bigint", templateLockID)`,
+		Promise: "test binaries that start together build lockgentest's template once, under the server's advisory lock",
+		Pkgs:    testkit, Run: "^TestTemplateBuiltOnce$",
+	},
+	{
+		Name: "depose-leaves-lease", Area: "lockgentest",
+		File:    "lockgentest/depose.go",
+		Search:  "SET owner_secret = NULL, expires_at = pg_catalog.clock_timestamp()",
+		Replace: "SET holder = l.holder",
+		Promise: "Depose takes a lease away: the leader's fn sees ErrLockLost and another candidate leads at once",
+		Pkgs:    testkit, Run: "^TestDeposeEveryHoldKind$",
+	},
+	{
+		Name: "depose-terminates-nobody", Area: "lockgentest",
+		File:    "lockgentest/depose.go",
+		Search:  `"SELECT pg_catalog.pg_terminate_backend($1)"`,
+		Replace: `"SELECT $1::int IS NOT NULL"`,
+		Promise: "Depose ends a session lock's or a transaction lock's holder: its fn sees ErrLockLost or ErrConnLost",
+		Pkgs:    testkit, Run: "^TestDeposeEveryHoldKind$",
+	},
+	{
+		Name: "conformance-second-session-grant-ignored", Area: "conformance",
+		File:    "internal/doctor/conformance.go",
+		Search:  "\tif gotB {\n\t\theld = append(held, b)\n\t\treturn Check{Status: Fail,\n\t\t\tDetail: fmt.Sprintf(\"a second session (backend %d) got the session lock %d that the first",
+		Replace: "\tif false && gotB {\n\t\theld = append(held, b)\n\t\treturn Check{Status: Fail,\n\t\t\tDetail: fmt.Sprintf(\"a second session (backend %d) got the session lock %d that the first",
+		Promise: "lockgen doctor -conformance fails a path where a second session is granted a session lock the first holds",
+		Pkgs:    doctorPkg, Run: "^TestConformanceFailsOnAStubImplementation$",
+	},
+	{
+		Name: "conformance-returned-lock-not-looked-for", Area: "conformance",
+		File:    "internal/doctor/conformance.go",
+		Search:  "\t\tif n == 0 {",
+		Replace: "\t\tif n >= 0 {",
+		Promise: "lockgen doctor -conformance fails a path that keeps a closed client's session lock on a server session",
+		Pkgs:    doctorPkg, Run: "^TestConformanceSessionPoolingWithoutReset$",
 	},
 }

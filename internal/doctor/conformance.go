@@ -1,0 +1,476 @@
+package doctor
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockgen/lockgen/keyspace"
+)
+
+// The conformance checks (lockgen doctor -conformance): the failure modes
+// that servers and poolers resembling PostgreSQL show, each tried on the
+// path the service uses with two sessions of its own. Their names are a
+// contract, as [Names] are.
+const (
+	XactExcludesXact       = "conformance.xact_excludes_xact"
+	SessionExcludesSession = "conformance.session_excludes_session"
+	SessionExcludesXact    = "conformance.session_excludes_xact"
+	XactExcludesSession    = "conformance.xact_excludes_session"
+	HeldThroughTransaction = "conformance.held_through_transaction"
+	SameBackend            = "conformance.same_backend"
+	ReturnedConnClean      = "conformance.returned_connection_clean"
+)
+
+// ConformanceNames are the conformance checks in the order
+// [RunConformance] runs them.
+var ConformanceNames = []string{XactExcludesXact, SessionExcludesSession, SessionExcludesXact,
+	XactExcludesSession, HeldThroughTransaction, SameBackend, ReturnedConnClean}
+
+// RunConformance runs every conformance check and returns their outcomes,
+// in the shape of [Run]'s. It returns an error only when cfg is unusable
+// or the server cannot be reached at all. Every lock it takes is under a
+// fresh key of its own and released before it returns.
+func RunConformance(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.DB == nil {
+		return Report{}, errors.New("doctor: nil *sql.DB")
+	}
+	if err := cfg.DB.PingContext(ctx); err != nil {
+		return Report{}, fmt.Errorf("doctor: %w", err)
+	}
+	e := &env{Config: cfg}
+	var r Report
+	for _, name := range ConformanceNames {
+		r.Checks = append(r.Checks, runOne(ctx, name, e))
+	}
+	return r, nil
+}
+
+func init() {
+	checks[XactExcludesXact] = checkXactExcludesXact
+	checks[SessionExcludesSession] = checkSessionExcludesSession
+	checks[SessionExcludesXact] = checkSessionExcludesXact
+	checks[XactExcludesSession] = checkXactExcludesSession
+	checks[HeldThroughTransaction] = checkHeldThroughTransaction
+	checks[SameBackend] = checkSameBackend
+	checks[ReturnedConnClean] = checkReturnedConnClean
+}
+
+// sessionUses are the uses that hold a session-level lock.
+var sessionUses = []Use{UseSession, UseLead, UseMigrate}
+
+// meaning says what a failed check means for each of lockgen's entry
+// points: those of unsafe cannot be trusted on this path, the others are
+// not affected by what failed.
+func meaning(unsafe ...Use) string {
+	var bad, ok []string
+	for _, u := range uses {
+		if slices.Contains(unsafe, u.use) {
+			bad = append(bad, u.what)
+		} else {
+			ok = append(ok, u.what)
+		}
+	}
+	s := "unsafe on this path: " + strings.Join(bad, ", ")
+	if len(ok) > 0 {
+		s += "; not affected by this check: " + strings.Join(ok, ", ")
+	}
+	return s
+}
+
+// conformanceKey is a lock key of this run alone.
+func conformanceKey(kind string) int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return keyspace.ParamID("lockgen.doctor.conformance", kind, hex.EncodeToString(b[:]))
+}
+
+// sessionPathRefused is the outcome of a session-lock check behind a
+// proven transaction pooler, where taking a session lock would leak it:
+// no lock is taken; the check fails when a declared use needs session
+// locks and names what is safe there.
+func sessionPathRefused(e *env, p *probe) (Check, bool) {
+	if p.err != nil || !p.txPooler() {
+		return Check{}, false
+	}
+	detail := fmt.Sprintf("not tried: the pooler probe proved transaction pooling (%s), where a session lock stays on a server connection that other clients then use; %s; %s",
+		p.evidence(), e.txPoolerUses(), e.usesText())
+	if e.needsSessionPath() {
+		return Check{Status: Fail, Detail: detail, Fix: sessionFix}, true
+	}
+	return Check{Status: Pass, Detail: detail}, true
+}
+
+const sessionFix = "give session locks, leader election and Migrate a direct URL or a pool in pool_mode=session, or lead with WithLease; on this path use only transaction locks (RunExclusive, RunOnce, LockTx, fencing) and leases"
+
+// xactFix is the fix when transaction locks do not hold.
+const xactFix = "connect directly to PostgreSQL or through PgBouncer (either mode): lockgen needs PostgreSQL's advisory locks, held by the transaction's own backend"
+
+// holdsSQL counts the granted advisory locks of key $1 in the current
+// database: on the session that asks (pg_backend_pid()) when $2, else on
+// any session.
+const holdsSQL = `SELECT count(*) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND ((classid::bigint << 32) | objid::bigint) = $1
+  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+  AND (NOT $2 OR pid = pg_catalog.pg_backend_pid())`
+
+func holds(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, key int64, own bool) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, holdsSQL, key, own).Scan(&n)
+	return n, err
+}
+
+// checkXactExcludesXact: a transaction lock held by one transaction is
+// refused to a second, as RunExclusive takes it.
+func checkXactExcludesXact(ctx context.Context, e *env) Check {
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer a.Close()
+	defer b.Close()
+	x := xactExclusion(ctx, a, b)
+	switch x.outcome {
+	case xactExcludes:
+		return Check{Status: Pass, Detail: x.text}
+	case xactExcludesNobody:
+		return Check{Status: Fail, Detail: x.text + "; " + meaning(UseExclusive), Fix: xactFix}
+	}
+	return Check{Status: Warn, Detail: x.text,
+		Fix: "give the pool at least two server connections, so that a transaction waiting for another's lock does not wait for its server connection"}
+}
+
+// checkSessionExcludesSession: a session lock held by one session is
+// refused to a second, and is theirs to take once released.
+func checkSessionExcludesSession(ctx context.Context, e *env) Check {
+	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+		return c
+	}
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer a.Close()
+	defer b.Close()
+	key := conformanceKey("session")
+	var held []*sql.Conn
+	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
+	gotA, pidA, err := tryLock(ctx, a, key)
+	if err != nil || !gotA {
+		return unanswered("pg_try_advisory_lock on the first session", orNotGranted(err, key))
+	}
+	held = append(held, a)
+	gotB, pidB, err := tryLock(ctx, b, key)
+	if err != nil {
+		return unanswered("pg_try_advisory_lock on the second session", err)
+	}
+	if gotB {
+		held = append(held, b)
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("a second session (backend %d) got the session lock %d that the first (backend %d) held; %s", pidB, key, pidA, meaning(sessionUses...)),
+			Fix:    sessionFix}
+	}
+	var unlocked bool
+	if err := a.QueryRowContext(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key).Scan(&unlocked); err != nil {
+		return unanswered("pg_advisory_unlock on the first session", err)
+	}
+	if !unlocked {
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("the first session's unlock of %d found no lock to release: it ran on another server session than the lock; %s", key, meaning(sessionUses...)),
+			Fix:    sessionFix}
+	}
+	held = held[:0]
+	gotB, _, err = tryLock(ctx, b, key)
+	if err != nil {
+		return unanswered("pg_try_advisory_lock on the second session after the unlock", err)
+	}
+	if !gotB {
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("once the first session unlocked %d, the second still could not take it: the lock stayed held somewhere; %s", key, meaning(sessionUses...)),
+			Fix:    sessionFix}
+	}
+	held = append(held, b)
+	return Check{Status: Pass,
+		Detail: fmt.Sprintf("a second session (backend %d) could not take the session lock %d that the first (backend %d) held, and took it once the first unlocked it", pidB, key, pidA)}
+}
+
+func orNotGranted(err error, key int64) error {
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("the fresh key %d, which nobody should hold, was not granted", key)
+}
+
+// checkSessionExcludesXact: a session lock held by one session is refused
+// to another's transaction lock (RunSession against RunExclusive on one
+// lock).
+func checkSessionExcludesXact(ctx context.Context, e *env) Check {
+	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+		return c
+	}
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer a.Close()
+	defer b.Close()
+	key := conformanceKey("session-xact")
+	var held []*sql.Conn
+	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
+	gotA, pidA, err := tryLock(ctx, a, key)
+	if err != nil || !gotA {
+		return unanswered("pg_try_advisory_lock on the first session", orNotGranted(err, key))
+	}
+	held = append(held, a)
+	var gotB bool
+	var pidB int32
+	if err := b.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.pg_backend_pid()`, key).Scan(&gotB, &pidB); err != nil {
+		return unanswered("pg_try_advisory_xact_lock on the second session", err)
+	}
+	if gotB {
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("a transaction on a second session (backend %d) got the transaction lock %d while the first session (backend %d) held it at session level; %s", pidB, key, pidA, meaning(append([]Use{UseExclusive}, sessionUses...)...)),
+			Fix:    sessionFix}
+	}
+	return Check{Status: Pass,
+		Detail: fmt.Sprintf("a transaction on a second session (backend %d) could not take the transaction lock %d that the first session (backend %d) held at session level", pidB, key, pidA)}
+}
+
+// checkXactExcludesSession: a transaction lock is refused to another
+// session's session lock (RunExclusive against RunSession on one lock).
+func checkXactExcludesSession(ctx context.Context, e *env) Check {
+	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+		return c
+	}
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer a.Close()
+	defer b.Close()
+	key := conformanceKey("xact-session")
+	var held []*sql.Conn
+	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
+	tx, err := a.BeginTx(ctx, nil)
+	if err != nil {
+		return unanswered("BEGIN on the first session", err)
+	}
+	defer tx.Rollback()
+	var gotA bool
+	var pidA int32
+	if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.pg_backend_pid()`, key).Scan(&gotA, &pidA); err != nil || !gotA {
+		return unanswered("pg_try_advisory_xact_lock on the first session", orNotGranted(err, key))
+	}
+	bctx, cancel := context.WithTimeout(ctx, secondWait)
+	defer cancel()
+	gotB, pidB, err := tryLock(bctx, b, key)
+	if err != nil {
+		return Check{Status: Warn,
+			Detail: fmt.Sprintf("not tested: the second session got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err),
+			Fix:    "give the pool at least two server connections"}
+	}
+	if gotB {
+		held = append(held, b)
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("a second session (backend %d) got the session lock %d while a transaction of the first (backend %d) held it; %s", pidB, key, pidA, meaning(append([]Use{UseExclusive}, sessionUses...)...)),
+			Fix:    sessionFix}
+	}
+	return Check{Status: Pass,
+		Detail: fmt.Sprintf("a second session (backend %d) could not take the session lock %d while a transaction of the first (backend %d) held it", pidB, key, pidA)}
+}
+
+// heldStatements is how many statements the held-through and same-backend
+// checks send, each followed by a look from the other session.
+const heldStatements = 5
+
+// checkHeldThroughTransaction: a transaction lock taken by a
+// transaction's first statement is held, as a second session sees it,
+// between each of its later statements until COMMIT, and free after: the
+// lock around fn in RunExclusive.
+func checkHeldThroughTransaction(ctx context.Context, e *env) Check {
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer a.Close()
+	defer b.Close()
+	key := conformanceKey("held-through")
+	tx, err := a.BeginTx(ctx, nil)
+	if err != nil {
+		return unanswered("BEGIN", err)
+	}
+	defer tx.Rollback()
+	var got bool
+	if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1)`, key).Scan(&got); err != nil || !got {
+		return unanswered("pg_try_advisory_xact_lock", orNotGranted(err, key))
+	}
+	bctx, cancel := context.WithTimeout(ctx, secondWait)
+	defer cancel()
+	for i := range heldStatements {
+		var pid int32
+		if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_backend_pid()`).Scan(&pid); err != nil {
+			return unanswered(fmt.Sprintf("statement %d of the transaction", i+2), err)
+		}
+		n, err := holds(bctx, b, key, false)
+		if err != nil {
+			return Check{Status: Warn,
+				Detail: fmt.Sprintf("not tested: the second session got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err),
+				Fix:    "give the pool at least two server connections"}
+		}
+		if n != 1 {
+			return Check{Status: Fail,
+				Detail: fmt.Sprintf("after statement %d of the transaction that took the transaction lock %d (backend %d), a second session saw it held %d times, not once: the lock does not last the transaction; %s", i+2, key, pid, n, meaning(UseExclusive)),
+				Fix:    xactFix}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return unanswered("COMMIT", err)
+	}
+	if n, err := holds(ctx, b, key, false); err != nil || n != 0 {
+		if err != nil {
+			return unanswered("pg_locks after COMMIT", err)
+		}
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("after COMMIT the transaction lock %d is still held %d times: it outlives its transaction; %s", key, n, meaning(UseExclusive)),
+			Fix:    xactFix}
+	}
+	return Check{Status: Pass,
+		Detail: fmt.Sprintf("a second session saw the transaction lock %d held after each of %d statements of the transaction that took it, and free after its COMMIT", key, heldStatements)}
+}
+
+// checkSameBackend: a session lock, its later statements and its unlock
+// land on the backend that took it, over statements sent back to back
+// and interleaved with another session's.
+func checkSameBackend(ctx context.Context, e *env) Check {
+	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+		return c
+	}
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer a.Close()
+	defer b.Close()
+	key := conformanceKey("same-backend")
+	held := []*sql.Conn{}
+	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
+	gotA, pidA, err := tryLock(ctx, a, key)
+	if err != nil || !gotA {
+		return unanswered("pg_try_advisory_lock", orNotGranted(err, key))
+	}
+	held = append(held, a)
+	look := func(step string, c *sql.Conn, want int) (Check, bool) {
+		var pid int32
+		var n int
+		err := c.QueryRowContext(ctx, `SELECT pg_catalog.pg_backend_pid(), (`+holdsSQL+`)`, key, true).Scan(&pid, &n)
+		if err != nil {
+			return unanswered(step, err), true
+		}
+		if n != want {
+			who := "the session that took it"
+			if c == b {
+				who = "another session"
+			}
+			return Check{Status: Fail,
+				Detail: fmt.Sprintf("%s: %s, answered by backend %d, holds the session lock %d %d times, want %d (it was taken on backend %d): one client's statements run on more than one server session; %s",
+					step, who, pid, key, n, want, pidA, meaning(sessionUses...)),
+				Fix: sessionFix}, true
+		}
+		return Check{}, false
+	}
+	for i := range heldStatements {
+		if c, failed := look(fmt.Sprintf("back to back, statement %d", i+1), a, 1); failed {
+			return c
+		}
+	}
+	for i := range heldStatements {
+		if c, failed := look(fmt.Sprintf("interleaved, statement %d of the other session", i+1), b, 0); failed {
+			return c
+		}
+		if c, failed := look(fmt.Sprintf("interleaved, statement %d", i+1), a, 1); failed {
+			return c
+		}
+	}
+	var unlocked bool
+	if err := a.QueryRowContext(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key).Scan(&unlocked); err != nil {
+		return unanswered("pg_advisory_unlock", err)
+	}
+	if !unlocked {
+		return Check{Status: Fail,
+			Detail: fmt.Sprintf("the unlock of the session lock %d found nothing to release: it ran on another server session than the lock, which stays held; %s", key, meaning(sessionUses...)),
+			Fix:    sessionFix}
+	}
+	held = held[:0]
+	return Check{Status: Pass,
+		Detail: fmt.Sprintf("the session lock %d taken on backend %d was held there over %d statements back to back and %d interleaved with another session's, which never held it, and its unlock released it", key, pidA, heldStatements, heldStatements)}
+}
+
+// returnedWait bounds how long the returned-connection check waits for a
+// closed client connection's session lock to be released.
+const returnedWait = 2 * time.Second
+
+// checkReturnedConnClean: a client connection that ends while its session
+// holds a session lock (as lockgen closes a connection whose lock state
+// it cannot vouch for) leaves no lock behind: the server, or the pooler's
+// reset of the server connection, releases it.
+func checkReturnedConnClean(ctx context.Context, e *env) Check {
+	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+		return c
+	}
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return unanswered("two connections", err)
+	}
+	defer b.Close()
+	key := conformanceKey("returned")
+	gotA, pidA, err := tryLock(ctx, a, key)
+	if err != nil || !gotA {
+		a.Close()
+		return unanswered("pg_try_advisory_lock", orNotGranted(err, key))
+	}
+	// Close the client connection itself, not only give it back to
+	// database/sql's pool.
+	_ = a.Raw(func(any) error { return driver.ErrBadConn })
+	_ = a.Close()
+	deadline := time.Now().Add(returnedWait)
+	for {
+		n, err := holds(ctx, b, key, false)
+		if err != nil {
+			return unanswered("pg_locks after the connection closed", err)
+		}
+		if n == 0 {
+			return Check{Status: Pass,
+				Detail: fmt.Sprintf("the session lock %d of a client connection (backend %d) that closed without unlocking was released", key, pidA)}
+		}
+		if time.Now().After(deadline) {
+			// Leave nothing behind: unlock through the path until an
+			// unlock lands on the server session that kept the lock
+			// (terminating it would leave the pooler a dead server
+			// connection to hand out).
+			for i := 0; i < 20; i++ {
+				if n, err := holds(ctx, b, key, false); err != nil || n == 0 {
+					break
+				}
+				_, _ = e.DB.ExecContext(context.WithoutCancel(ctx), `SELECT pg_catalog.pg_advisory_unlock($1)`, key)
+			}
+			return Check{Status: Fail,
+				Detail: fmt.Sprintf("%v after a client connection (backend %d) closed without unlocking, its session lock %d is still held: the path keeps the server session, lock included, for other clients; %s", returnedWait, pidA, key, meaning(sessionUses...)),
+				Fix:    "reset server connections when a client leaves (PgBouncer: server_reset_query = DISCARD ALL, the default, in pool_mode=session); " + sessionFix}
+		}
+		select {
+		case <-ctx.Done():
+			return unanswered("pg_locks after the connection closed", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
