@@ -43,7 +43,8 @@ path -db names (direct, PgBouncer in either mode, or any other):
 	conformance.session_excludes_xact      a session lock is refused to another session's transaction lock
 	conformance.xact_excludes_session      a transaction lock is refused to another session's session lock
 	conformance.held_through_transaction   a transaction lock stays held, as a second session sees it,
-	                                       between the transaction's statements, and is free after COMMIT
+	                                       between the transaction's statements (sent one by one and
+	                                       pipelined), and is free after COMMIT
 	conformance.same_backend               a session lock, statements back to back and interleaved with
 	                                       another session's, and its unlock land on one backend
 	conformance.returned_connection_clean  a client connection that closes holding a session lock leaves

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lockgen/lockgen/keyspace"
 )
 
@@ -344,8 +346,119 @@ func checkHeldThroughTransaction(ctx context.Context, e *env) Check {
 			Detail: fmt.Sprintf("after COMMIT the transaction lock %d is still held %d times: it outlives its transaction; %s", key, n, meaning(UseExclusive)),
 			Fix:    xactFix}
 	}
-	return Check{Status: Pass,
-		Detail: fmt.Sprintf("a second session saw the transaction lock %d held after each of %d statements of the transaction that took it, and free after its COMMIT", key, heldStatements)}
+	detail := fmt.Sprintf("a second session saw the transaction lock %d held after each of %d statements of the transaction that took it, and free after its COMMIT", key, heldStatements)
+	pipelined, failed := pipelinedHeld(ctx, a, b, "")
+	if failed {
+		return Check{Status: Fail, Detail: detail + "; but " + pipelined + "; " + meaning(UseExclusive), Fix: xactFix}
+	}
+	return Check{Status: Pass, Detail: detail + "; " + pipelined}
+}
+
+// pipelineSleep is how long the pipelined statements keep their implicit
+// transaction open.
+const pipelineSleep = 200 * time.Millisecond
+
+// pipelinedHeld sends a transaction lock and the statements after it as
+// one pipeline (a pgx batch: one message with the simple protocol, one
+// Sync with the extended one), so that they form one implicit
+// transaction, while b looks at pg_locks. Every look the server made
+// between the lock's grant and the last statement (by the server's own
+// clock) must see it held. It says what it found, and whether that is a
+// failure; with another driver than pgx's it says it did not try.
+// between, when not "", is a statement sent after the lock's (its tests
+// end the implicit transaction there, as a path that commits each
+// statement would).
+func pipelinedHeld(ctx context.Context, a, b *sql.Conn, between string) (string, bool) {
+	key := conformanceKey("pipelined")
+	type result struct {
+		granted     bool
+		from, until time.Time
+		err         error
+	}
+	done := make(chan result, 1)
+	isPgx := false
+	go func() {
+		var r result
+		r.err = a.Raw(func(dc any) error {
+			pc, ok := dc.(interface{ Conn() *pgx.Conn })
+			if !ok {
+				return nil
+			}
+			isPgx = true
+			batch := &pgx.Batch{}
+			batch.Queue(`SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.clock_timestamp()`, key)
+			if between != "" {
+				batch.Queue(between)
+			}
+			batch.Queue(`SELECT pg_catalog.pg_sleep($1)`, pipelineSleep.Seconds())
+			batch.Queue(`SELECT pg_catalog.clock_timestamp()`)
+			br := pc.Conn().SendBatch(ctx, batch)
+			if err := br.QueryRow().Scan(&r.granted, &r.from); err != nil {
+				_ = br.Close()
+				return err
+			}
+			if between != "" {
+				if _, err := br.Exec(); err != nil {
+					_ = br.Close()
+					return err
+				}
+			}
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return err
+			}
+			if err := br.QueryRow().Scan(&r.until); err != nil {
+				_ = br.Close()
+				return err
+			}
+			return br.Close()
+		})
+		done <- r
+	}()
+	type look struct {
+		n  int
+		at time.Time
+	}
+	var looks []look
+	var r result
+	for polling := true; polling; {
+		select {
+		case r = <-done:
+			polling = false
+		default:
+			var l look
+			if err := b.QueryRowContext(ctx, `SELECT (`+holdsSQL+`), pg_catalog.clock_timestamp()`, key, false).Scan(&l.n, &l.at); err != nil {
+				r = <-done
+				return fmt.Sprintf("the pipelined transaction was not looked at (%v)", err), false
+			}
+			looks = append(looks, l)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	switch {
+	case !isPgx && r.err == nil:
+		return "a pipelined transaction was not tried (the driver is not pgx's)", false
+	case r.err != nil:
+		return fmt.Sprintf("the pipelined transaction could not run (%v)", r.err), false
+	case !r.granted:
+		return fmt.Sprintf("the pipelined transaction did not get the fresh key %d", key), false
+	}
+	// A margin at both ends: a look's clock_timestamp() and its read of
+	// pg_locks are not the same instant.
+	const margin = 5 * time.Millisecond
+	inside, free := 0, 0
+	for _, l := range looks {
+		if l.at.After(r.from.Add(margin)) && l.at.Before(r.until.Add(-margin)) {
+			inside++
+			if l.n != 1 {
+				free++
+			}
+		}
+	}
+	if free > 0 {
+		return fmt.Sprintf("a transaction lock taken by the first of three pipelined statements (one implicit transaction) was seen free by %d of %d looks of a second session made while its later statements ran: the path does not keep a pipeline on one backend in one transaction", free, inside), true
+	}
+	return fmt.Sprintf("when the statements are pipelined (one implicit transaction), %d looks made while the later ones ran saw it held", inside), false
 }
 
 // checkSameBackend: a session lock, its later statements and its unlock

@@ -680,4 +680,12 @@ var Mutants = []Mutant{
 		Promise: "lockgen doctor -conformance fails a path that keeps a closed client's session lock on a server session",
 		Pkgs:    doctorPkg, Run: "^TestConformanceSessionPoolingWithoutReset$",
 	},
+	{
+		Name: "conformance-pipeline-free-looks-ignored", Area: "conformance",
+		File:    "internal/doctor/conformance.go",
+		Search:  "\tif free > 0 {",
+		Replace: "\tif free < 0 {",
+		Promise: "lockgen doctor -conformance fails a path where a pipelined transaction's lock is free before its last statement",
+		Pkgs:    doctorPkg, Run: "^TestPipelinedHeldSeesAnEndedTransaction$",
+	},
 }
