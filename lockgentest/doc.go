@@ -21,7 +21,8 @@
 // The helpers:
 //
 //   - [NewDB] and [NewPool]: a database of the test's own, copied from a
-//     migrated template in well under a second, dropped when the test ends.
+//     migrated template at about the cost of an empty createdb
+//     (BenchmarkNewDB), dropped when the test ends.
 //   - [Hold]: takes a lock from a session of its own until released: the
 //     code under test sees pgadvisory.ErrLocked, waits, or does not lead.
 //   - [Depose]: the current holder loses the lock now, whatever its kind

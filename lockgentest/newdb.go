@@ -91,7 +91,7 @@ func newDatabase(t testing.TB) (server, string) {
 	}
 	name := databaseName(t.Name())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{tpl}.Sanitize()); err != nil {
-		t.Fatalf("lockgentest: creating database %s from template %s: %v", name, tpl, err)
+		t.Fatalf("lockgentest: creating database %s from template %s: %v%s", name, tpl, err, createdbHint(err))
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)

@@ -3,6 +3,9 @@ package lockgentest_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +129,31 @@ func TestNoServerSkipsOrFailsInCI(t *testing.T) {
 			t.Errorf("CI=%q: the message does not name the server and the command that starts one:\n%s", ci, msg)
 		}
 	}
+}
+
+// TestNewDBWithoutCreatedb: a role that may not create databases fails
+// the test (it is not a missing server), saying which privilege to grant;
+// the same server with a role that may is the control (every other test).
+func TestNewDBWithoutCreatedb(t *testing.T) {
+	admin := testdb.DB(t)
+	role := fmt.Sprintf("lockgentest_nocreatedb_%d", os.Getpid())
+	if _, err := admin.Exec(`DROP ROLE IF EXISTS ` + role); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`CREATE ROLE ` + role + ` LOGIN NOCREATEDB`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP ROLE IF EXISTS ` + role) })
+	u, err := url.Parse(testdb.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	t.Setenv(lockgentest.EnvDatabaseURL, u.String())
+	t.Setenv("CI", "")
+	r := runAs(t, func(tb testing.TB) { lockgentest.NewDB(tb) })
+	if r.Skipped() || !r.Failed() || !strings.Contains(r.failures(), "CREATEDB") {
+		t.Fatalf("a role without CREATEDB: skipped %v, failed %v: %s%s", r.Skipped(), r.Failed(), r.failures(), r.skipMsg)
+	}
+	t.Log(r.failures())
 }

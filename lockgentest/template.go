@@ -77,7 +77,7 @@ func ensureTemplate(ctx context.Context, s server, conn *pgx.Conn, name string) 
 	}
 	build := "lockgentest_build_" + randomHex(6)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{build}.Sanitize()); err != nil {
-		return fmt.Errorf("lockgentest: creating the template: %w", err)
+		return fmt.Errorf("lockgentest: creating the template: %w%s", err, createdbHint(err))
 	}
 	templateBuilds.Lock()
 	templateBuilds.n++
@@ -136,6 +136,16 @@ func dropDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
 		return fmt.Errorf("lockgentest: dropping database %s: %w", name, err)
 	}
 	return nil
+}
+
+// createdbHint says what to do when the role may not create databases
+// (SQLSTATE 42501).
+func createdbHint(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return " (lockgentest creates a database per test: ALTER ROLE <the tests' role> CREATEDB)"
+	}
+	return ""
 }
 
 // randomHex returns n random bytes in hex.
