@@ -17,8 +17,19 @@ import (
 
 // GremlinsPackages are the packages whose tests need no database, which
 // gremlins (a mutation tool that makes its own mutants: every comparison,
-// arithmetic operator and increment) tries with -gremlins.
-var GremlinsPackages = []string{"./keyspace", "./internal/decl", "./internal/fencegen"}
+// arithmetic operator and increment) tries with -gremlins. The others are
+// left out because each of gremlins' mutants reruns the package's whole
+// test suite: cmd/lockgen's scripts and database tests take about half a
+// minute a run on a busy machine (hours for its mutants), and
+// internal/doctor, internal/status and pgadvisory test against a server.
+var GremlinsPackages = []string{"./keyspace", "./internal/decl", "./internal/fencegen", "./internal/gogen"}
+
+// gremlinsGoFlags are the go command's flags for gremlins' test runs:
+// -short skips the tests that only run the go command on fixed files
+// (internal/gogen's TestGoldenCompiles builds the golden files, which no
+// mutant of the package changes), which would multiply every run's time
+// and every mutant's timeout.
+const gremlinsGoFlags = "-short"
 
 // GremlinsThreshold is the test efficacy (killed / (killed + lived), in
 // percent) each package must reach.
@@ -38,6 +49,13 @@ var GremlinsEquivalents = map[string]string{
 		"of the scalar's first character (after its opening quote), which is on that line, so the walk never reaches the line's end before col",
 	"internal/decl/parse.go:471:7 CONDITIONALS_BOUNDARY": "i > len(line) → i >= len(line) after the column walk: i is the byte of the " +
 		"scalar's first character, or of its closing quote when it is empty, both on the line, so i < len(line)",
+	"internal/gogen/diff.go:129:16 CONDITIONALS_BOUNDARY": "d <= maxD → d < maxD in myers: the search reaches d == n+m only when a and b " +
+		"have no line in common; Myers' script is then every removal before every addition (a removal wins a tie), which is the " +
+		"replaceAll that the mutant returns instead",
+	"internal/gogen/diff.go:157:29 CONDITIONALS_BOUNDARY": "d >= 0 → d > 0 in walkBack: step 0 only adds the common lines at the start " +
+		"of the region, and diffLines has taken the common prefix off, so a[0] != b[0] (or one side is empty) and there are none",
+	"internal/gogen/diff.go:181:31 CONDITIONALS_BOUNDARY": "i < j → i <= j in walkBack's reversal: when i == j the middle element is " +
+		"swapped with itself",
 }
 
 // gremlinsReport is the part of gremlins' JSON output (--output) read here.
@@ -120,6 +138,7 @@ func runGremlins(ctx context.Context, r *runner, pkgs []string, stdout, stderr i
 		cmd := exec.CommandContext(ctx, r.goBin, "tool", "-modfile=tools/go.mod", "gremlins", "unleash",
 			"--workers", "2", "--timeout-coefficient", "5", "--output", out.Name(), pkg)
 		cmd.Dir = r.s.dir
+		cmd.Env = append(os.Environ(), "GOFLAGS="+gremlinsGoFlags)
 		killGroup(cmd)
 		var log bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &log, &log
