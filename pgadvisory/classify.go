@@ -98,23 +98,54 @@ func connectDetail(err error) error {
 	return err
 }
 
+// txError is the error of a transaction-lock call that ended as o says
+// (see txOutcome), nil when it committed. It is the one place where the
+// protocol's outcome gets its meaning.
+func (c *callState) txError(o txOutcome) error {
+	switch o.end {
+	case txCommitted:
+		return nil
+	case txFailed:
+		return c.failed(o.ctxErr, o.op, o.err)
+	case txRefused:
+		return c.refused(o.ctxErr, o.op, o.kind, o.err)
+	case txLocked:
+		return c.locked()
+	case txAlreadyDone:
+		return &Error{Op: OpRunOnce, LockIDs: c.ids, Name: c.name, Kind: ErrAlreadyDone, Err: fmt.Errorf("window %q", c.window)}
+	case txFnFailed:
+		return c.fnFailed(o.ctxErr, o.err)
+	case txFnEndedTx:
+		return c.txEnded(o.ctxErr, o.err)
+	}
+	return c.commitFailure(o.ctxErr, o.err, o.sent)
+}
+
 // failure is the error of a step that failed on a driver error or a done
-// ctx (not fn's own error), reported to the observer. Its kind is what
-// classify makes of err, and it wraps ctx.Err() when ctx is done.
+// ctx (not fn's own error). Its kind is what classify makes of err, and it
+// wraps ctx.Err() when ctx is done.
 func (c *callState) failure(ctx context.Context, op Op, err error) error {
+	return c.failed(ctx.Err(), op, err)
+}
+
+// failed is failure with ctxErr, ctx.Err() when the step ended.
+func (c *callState) failed(ctxErr error, op Op, err error) error {
 	kind := classify(err)
 	if kind == ErrConnect {
-		return c.refusal(ctx, "connect", kind, connectDetail(err))
+		return c.refused(ctxErr, OpConnect, kind, connectDetail(err))
 	}
-	return c.refusal(ctx, op, kind, err)
+	return c.refused(ctxErr, op, kind, err)
 }
 
 // refusal is the error of a step that failed with a known kind (such as
-// ErrStandby), reported to the observer; detail, if not nil, says more.
+// ErrStandby); detail, if not nil, says more.
 func (c *callState) refusal(ctx context.Context, op Op, kind, detail error) error {
-	e := &Error{Op: op, LockIDs: c.ids, Name: c.name, SQLState: SQLState(detail), Kind: kind, Err: withContext(ctx, detail)}
-	c.emitError(e)
-	return e
+	return c.refused(ctx.Err(), op, kind, detail)
+}
+
+// refused is refusal with ctxErr, ctx.Err() when the step ended.
+func (c *callState) refused(ctxErr error, op Op, kind, detail error) error {
+	return &Error{Op: op, LockIDs: c.ids, Name: c.name, SQLState: SQLState(detail), Kind: kind, Err: wrapCtxErr(ctxErr, detail)}
 }
 
 // invalid is the error of a call refused for a bad argument or option
@@ -136,8 +167,13 @@ func (c *callState) invalidAs(op Op, kind, err error) error {
 // errors.Is still finds it, and Op "fn" says that fn ran, unlike the
 // call's own ErrLocked (Op "lock") or ErrAlreadyDone (Op "run-once").
 func (c *callState) fnFailure(ctx context.Context, fnErr error) error {
+	return c.fnFailed(ctx.Err(), fnErr)
+}
+
+// fnFailed is fnFailure with ctxErr, ctx.Err() when fn returned.
+func (c *callState) fnFailed(ctxErr, fnErr error) error {
 	kind := classify(fnErr)
-	if kind == nil && ctx.Err() == nil && !errors.Is(fnErr, ErrLocked) && !errors.Is(fnErr, ErrAlreadyDone) {
+	if kind == nil && ctxErr == nil && !errors.Is(fnErr, ErrLocked) && !errors.Is(fnErr, ErrAlreadyDone) {
 		return fnErr
 	}
 	if kind == ErrConnect {
@@ -147,25 +183,27 @@ func (c *callState) fnFailure(ctx context.Context, fnErr error) error {
 	if fnErr == nil {
 		fnErr = errors.New("fn returned after its context was done; rolled back")
 	}
-	return &Error{Op: "fn", LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: kind, Err: withContext(ctx, fnErr)}
+	return &Error{Op: OpFn, LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: kind, Err: wrapCtxErr(ctxErr, fnErr)}
 }
 
 // txEnded is the error of a call whose fn ended the lock transaction
-// itself; fnErr is what fn returned, if anything.
-func (c *callState) txEnded(ctx context.Context, fnErr error) error {
-	return &Error{Op: "fn", LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: ErrTxEnded, Err: withContext(ctx, fnErr)}
+// itself; fnErr is what fn returned, if anything, and ctxErr ctx.Err()
+// when the call found out.
+func (c *callState) txEnded(ctxErr, fnErr error) error {
+	return &Error{Op: OpFn, LockIDs: c.ids, Name: c.name, SQLState: SQLState(fnErr), Kind: ErrTxEnded, Err: wrapCtxErr(ctxErr, fnErr)}
 }
 
 // errCommitNotSent is the cause of a COMMIT that ctx stopped before it was
 // sent.
 var errCommitNotSent = errors.New("COMMIT was not sent; nothing was committed")
 
-// commitFailure is the error for a failed COMMIT. What it says follows
-// from whether COMMIT was sent (see commitOutcome) and what answered it.
-func (c *callState) commitFailure(ctx context.Context, err error, sent bool) error {
+// commitFailure is the error for a failed COMMIT, with ctxErr ctx.Err()
+// when COMMIT returned. What it says follows from whether COMMIT was sent
+// (see commitSent) and what answered it.
+func (c *callState) commitFailure(ctxErr, err error, sent bool) error {
 	var kind error
 	switch {
-	case !sent && ctx.Err() != nil:
+	case !sent && ctxErr != nil:
 		// ctx ended before COMMIT left: the transaction was rolled back.
 		// The driver's error only repeats that (a context error).
 		err = errCommitNotSent
@@ -174,7 +212,7 @@ func (c *callState) commitFailure(ctx context.Context, err error, sent bool) err
 	default:
 		kind = commitAnswer(err)
 	}
-	return &Error{Op: "commit", LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: kind, Err: withContext(ctx, err)}
+	return &Error{Op: OpCommit, LockIDs: c.ids, Name: c.name, SQLState: SQLState(err), Kind: kind, Err: wrapCtxErr(ctxErr, err)}
 }
 
 // commitAnswer is the kind of a COMMIT that was sent and failed with err.
@@ -220,7 +258,11 @@ func fatal(err error) bool {
 
 // withContext makes err wrap ctx's error when ctx is done.
 func withContext(ctx context.Context, err error) error {
-	ctxErr := ctx.Err()
+	return wrapCtxErr(ctx.Err(), err)
+}
+
+// wrapCtxErr makes err wrap ctxErr, a done context's error, if not nil.
+func wrapCtxErr(ctxErr, err error) error {
 	switch {
 	case ctxErr == nil:
 		return err

@@ -35,6 +35,23 @@ type Driver[TTx any] interface {
 	lockTxRow(ctx context.Context, tx TTx, query string, args []any) (lockTxResult, error)
 }
 
+// runTxObserved runs the transaction-lock protocol (runTx, protocol.go)
+// for RunExclusive and RunOnce on both drivers, between its observers'
+// start and end (observer.go): the protocol's outcome is classified once
+// (txError, classify.go) and observed once when the call ends. Only the
+// grant is observed as it happens (callState.granted).
+func runTxObserved(ctx context.Context, c *callState, d txDriver, call func() error) error {
+	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return c.txError(runTx(ctx, c, d, call)) })
+}
+
+// callKind is the family of a transaction-lock call.
+func (c *callState) callKind() CallKind {
+	if c.runOnce {
+		return CallOnce
+	}
+	return CallExclusive
+}
+
 // Stdlib is the [Driver] of a database/sql pool: fn receives the [*sql.Tx].
 // Any PostgreSQL driver for database/sql works; pgx's stdlib driver
 // (github.com/jackc/pgx/v5/stdlib) lets session locks detect a pooler by
@@ -53,7 +70,7 @@ func (s stdlibDriver) handle() (any, string, bool) { return s.db, "*sql.DB", s.d
 
 func (s stdlibDriver) runTx(ctx context.Context, c *callState, fn func(*sql.Tx) error) error {
 	d := &databaseSQLTx{db: s.db}
-	return run(ctx, c, d, func() error { return fn(d.tx) })
+	return runTxObserved(ctx, c, d, func() error { return fn(d.tx) })
 }
 
 func (s stdlibDriver) sessions() func(context.Context) (sessionConn, error) {
@@ -87,7 +104,7 @@ func (p pgxDriver) handle() (any, string, bool) { return p.pool, "*pgxpool.Pool"
 
 func (p pgxDriver) runTx(ctx context.Context, c *callState, fn func(pgx.Tx) error) error {
 	d := &pgxTx{pool: p.pool}
-	return run(ctx, c, d, func() error { return fn(d.tx) })
+	return runTxObserved(ctx, c, d, func() error { return fn(d.tx) })
 }
 
 func (p pgxDriver) sessions() func(context.Context) (sessionConn, error) {

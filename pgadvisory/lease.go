@@ -208,12 +208,10 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 		return c.failure(ctx, "elect", err)
 	}
 	if !term.Valid {
-		err := c.locked()
-		c.emit(Event{Kind: EventContended, Err: err})
-		return err
+		return c.locked()
 	}
 	acquired := time.Now()
-	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+	c.granted(acquired.Sub(start), 0)
 
 	workCtx, cancel := context.WithCancelCause(ctx)
 	h := &leaseHold{c: c, pool: pool, id: id, ttl: c.lease, deadline: start.Add(c.lease), next: start.Add(c.lease / 3), cancel: cancel}
@@ -230,7 +228,9 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 		}
 		rcancel()
 		if r := recover(); r != nil {
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
+			if obs := c.obs; obs != nil {
+				obs.held = time.Since(acquired)
+			}
 			panic(r)
 		}
 		switch {
@@ -239,7 +239,9 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 		case err != nil || ctx.Err() != nil:
 			err = c.fnFailure(ctx, err)
 		}
-		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
+		if obs := c.obs; obs != nil {
+			obs.held = time.Since(acquired)
+		}
 	}()
 	return fn(workCtx, term.Int64)
 }

@@ -53,11 +53,9 @@ func (l *Locker[TTx]) LockTx(ctx context.Context, tx TTx, lock Lock, opts ...Opt
 		case res.standby:
 			return c.refusal(ctx, OpLock, ErrStandby, nil)
 		case !res.granted:
-			err := c.locked()
-			c.emit(Event{Kind: EventContended, Err: err})
-			return err
+			return c.locked()
 		}
-		c.emit(Event{Kind: EventAcquired, Wait: time.Since(start)})
+		c.granted(time.Since(start), 0)
 		return nil
 	})
 }

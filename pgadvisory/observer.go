@@ -270,22 +270,51 @@ func (c *callState) emit(e Event) {
 	}
 }
 
-// emitError reports a failed step: a lock timeout as contention, anything
-// else as an error.
-func (c *callState) emitError(err error) {
-	kind := EventError
-	if errors.Is(err, ErrLockTimeout) {
-		kind = EventContended
+// granted reports the grant, as it happens, with the time it took (from
+// the call's start) and a fenced call's token: the one event a call
+// reports before it ends, apart from a session lock's loss, which its
+// watcher reports when it finds it.
+func (c *callState) granted(wait time.Duration, token int64) {
+	if c.obs != nil {
+		c.emit(Event{Kind: EventAcquired, Wait: wait, Token: token})
 	}
-	c.emit(Event{Kind: kind, Err: err})
+}
+
+// emitEnd reports the event that ends a call that returned err: for a
+// call that was granted its locks the release (EventReleased, after an
+// EventError when the release found them lost), for one that was not the
+// answer (EventContended: ErrLocked, ErrAlreadyDone, ErrLockTimeout) or
+// the failed step (EventError). A fenced write reports no event, and a
+// lock taken in the caller's transaction (LockTx) no release: the
+// caller's transaction holds it.
+func (c *callState) emitEnd(err error) {
+	o := c.obs
+	switch {
+	case o.kind == CallFenced:
+	case o.granted:
+		if o.kind == CallLockTx {
+			return
+		}
+		if e, ok := err.(*Error); ok && e.Op == OpRelease && e.Kind == ErrLockLost {
+			c.emit(Event{Kind: EventError, Err: err})
+		}
+		c.emit(Event{Kind: EventReleased, Held: o.held, Err: err})
+	case err == nil:
+	case errors.Is(err, ErrLocked), errors.Is(err, ErrAlreadyDone), errors.Is(err, ErrLockTimeout):
+		c.emit(Event{Kind: EventContended, Err: err})
+	default:
+		c.emit(Event{Kind: EventError, Err: err})
+	}
 }
 
 // errFnPanicked is the error the observers see for a call whose fn panicked
 // (the panic itself goes on to the caller).
 var errFnPanicked = errors.New("pgadvisory: fn panicked")
 
-// endCall tells the call's observers that it returned err.
+// endCall tells the call's observers that it returned err: the event that
+// ends it (emitEnd), then EndCall.
 func (c *callState) endCall(err error) {
+	c.emitEnd(err)
 	o := c.obs
 	end := CallEnd{Outcome: c.outcome(err), Err: err, Held: o.held, AlreadyDone: o.alreadyDone, Rejection: ownRejection(err)}
 	if o.answered {
@@ -369,12 +398,4 @@ func (c *callState) observed(ctx context.Context, kind CallKind, window string, 
 	ended = true
 	c.endCall(err)
 	return err
-}
-
-// callKind is the family of a transaction-lock call.
-func (c *callState) callKind() CallKind {
-	if c.runOnce {
-		return CallOnce
-	}
-	return CallExclusive
 }

@@ -13,7 +13,7 @@ import (
 
 // txDriver is what the transaction-lock protocol needs from a front door
 // (database/sql or pgx). Drivers only move statements; every decision about
-// what an outcome means lives in run.
+// what an outcome means lives in runTx and txError (classify.go).
 type txDriver interface {
 	// begin starts a READ COMMITTED transaction and runs the lock statement in
 	// it, in as few round trips as the driver allows. BEGIN runs under txc
@@ -80,17 +80,44 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-// run is the transaction-lock protocol shared by RunExclusive and
-// RunExclusivePgx (and RunOnce, RunOncePgx), between its observers' start
-// and end (observer.go).
-func run(ctx context.Context, c *callState, d txDriver, call func() error) error {
-	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error { return runTx(ctx, c, d, call) })
+// txOutcome is how the transaction-lock protocol ended: where it stopped
+// and what the server or fn answered there. It carries ctx.Err() as it
+// was when the step ended, so that the error made of it (txError) says
+// what the step saw.
+type txOutcome struct {
+	end    txEnd
+	op     Op    // the step that failed or was refused
+	err    error // the driver's error, fn's error, or a refusal's detail
+	kind   error // txRefused: the refusal's kind
+	ctxErr error // ctx.Err() when the step ended
+	sent   bool  // txCommitFailed: COMMIT was sent
 }
 
-// runTx is the transaction-lock protocol itself.
-func runTx(ctx context.Context, c *callState, d txDriver, call func() error) error {
+// txEnd says where the transaction-lock protocol stopped.
+type txEnd uint8
+
+// The ends of the transaction-lock protocol.
+const (
+	txCommitted    txEnd = iota // fn's work committed
+	txFailed                    // a step failed on err; its kind is classify's
+	txRefused                   // a step was refused with kind
+	txLocked                    // another session holds a lock
+	txAlreadyDone               // the run-once window already has a run
+	txFnFailed                  // fn returned err, or ctx ended while fn ran
+	txFnEndedTx                 // fn ended the transaction itself (err: what fn returned)
+	txCommitFailed              // COMMIT failed with err
+)
+
+// stepFailed is the outcome of step op failing on err.
+func stepFailed(ctx context.Context, op Op, err error) txOutcome {
+	return txOutcome{end: txFailed, op: op, err: err, ctxErr: ctx.Err()}
+}
+
+// runTx is the transaction-lock protocol itself. It records the grant and
+// the release in c (see callState.granted) and returns how it ended.
+func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txOutcome {
 	if err := ctx.Err(); err != nil {
-		return c.failure(ctx, "begin", err)
+		return stepFailed(ctx, OpBegin, err)
 	}
 	start := time.Now()
 	var txc *txContext // made when a driver step needs it (see txContext)
@@ -105,32 +132,29 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) err
 	st := c.txLockStatement(d.pipelined())
 	res, err := d.begin(ctx, txc, c.readOnly, st, claim)
 	if err != nil {
-		if st.fenced && fencedOp(err) == "publish" {
-			return c.failure(ctx, "publish", err)
+		if st.fenced && fencedOp(err) == OpPublish {
+			return stepFailed(ctx, OpPublish, err)
 		}
-		return c.lockFailure(ctx, err, start, d.statementTimeout)
+		return c.lockFailed(ctx, err, start, d.statementTimeout)
 	}
 	if res.standby {
 		c.rollbackNow(ctx, d)
-		return c.refusal(ctx, "lock", ErrStandby, nil)
+		return txOutcome{end: txRefused, op: OpLock, kind: ErrStandby, ctxErr: ctx.Err()}
 	}
 	if !res.granted {
 		// The loser's answer is known after one round trip; the ROLLBACK
 		// that returns the connection runs without making the caller wait.
 		go c.rollbackNow(ctx, d)
-		err := c.locked()
-		c.emit(Event{Kind: EventContended, Err: err})
-		return err
+		return txOutcome{end: txLocked}
 	}
-	if err := c.afterGrant(ctx, d, res); err != nil {
-		c.rollbackNow(ctx, d)
-		if errors.Is(err, ErrAlreadyDone) {
-			c.emit(Event{Kind: EventContended, Err: err})
+	if c.runOnce {
+		if o := c.claimWindow(ctx, d, res); o.end != txCommitted {
+			c.rollbackNow(ctx, d)
+			return o
 		}
-		return err
 	}
 	acquired := time.Now()
-	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start), Token: res.token})
+	c.granted(acquired.Sub(start), res.token)
 	if c.fencing {
 		key := d.txKey()
 		tokens.Store(key, res.token)
@@ -141,52 +165,55 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) err
 	defer func() {
 		if panicking {
 			c.rollbackNow(ctx, d)
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
+			if obs := c.obs; obs != nil {
+				obs.held = time.Since(acquired)
+			}
 		}
 	}()
 	fnErr := call()
 	panicking = false
 
 	if fnErr != nil || ctx.Err() != nil {
-		err := c.fnFailure(ctx, fnErr)
+		o := txOutcome{end: txFnFailed, err: fnErr, ctxErr: ctx.Err()}
 		if ended, rbErr := c.rollbackNow(ctx, d); ended || endedTx(rbErr) {
-			err = c.txEnded(ctx, fnErr)
+			o.end, o.ctxErr = txFnEndedTx, ctx.Err()
 		}
-		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
-		return err
+		if obs := c.obs; obs != nil {
+			obs.held = time.Since(acquired)
+		}
+		return o
 	}
 	if txc == nil {
 		txc = newTxContext(ctx)
 	}
-	if err := c.commit(ctx, txc, d); err != nil {
-		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
-		return err
+	o := commit(ctx, txc, d)
+	if obs := c.obs; obs != nil {
+		obs.held = time.Since(acquired)
 	}
-	c.emit(Event{Kind: EventReleased, Held: time.Since(acquired)})
-	return nil
+	return o
 }
 
 // commit is the COMMIT step. The caller's ctx may end while COMMIT is in
 // flight (a synchronous standby that does not answer, say), so COMMIT runs
 // under txc linked to ctx, and what the driver returns tells whether COMMIT
 // was sent (see commitSent): only then can the outcome be unknown.
-func (c *callState) commit(ctx context.Context, txc *txContext, d txDriver) error {
+func commit(ctx context.Context, txc *txContext, d txDriver) txOutcome {
 	stop := txc.link(ctx)
 	ended, err := d.commit(txc.or(ctx))
 	interrupted := stop()
 	switch {
 	case ended:
-		return c.txEnded(ctx, nil)
+		return txOutcome{end: txFnEndedTx, ctxErr: ctx.Err()}
 	case err == nil:
-		return nil
+		return txOutcome{}
 	case errors.Is(err, sql.ErrTxDone) && !interrupted:
 		// database/sql's Tx was ended, and not by its context: by fn.
-		return c.txEnded(ctx, nil)
+		return txOutcome{end: txFnEndedTx, ctxErr: ctx.Err()}
 	}
 	// ErrTxDone with ctx ended during the step means database/sql rolled
 	// back on its own, or fn had ended the transaction: no answer says
 	// which, so commitSent leaves it unknown.
-	return c.commitFailure(ctx, err, commitSent(err))
+	return txOutcome{end: txCommitFailed, err: err, sent: commitSent(err), ctxErr: ctx.Err()}
 }
 
 // commitSent tells from COMMIT's error whether COMMIT was sent. It was not
@@ -227,17 +254,6 @@ func endedTx(err error) bool {
 // locked is the error of a call whose lock another session holds.
 func (c *callState) locked() error {
 	return &Error{Op: "lock", LockIDs: c.ids, Name: c.name, Kind: ErrLocked}
-}
-
-// afterGrant runs the steps between the grant and fn: claiming the
-// run-once window (runonce.go; it may have come with the grant). A fenced
-// call's token is already published: the fenced acquisition publishes it
-// before it reports the grant.
-func (c *callState) afterGrant(ctx context.Context, d txDriver, res lockResult) error {
-	if c.runOnce {
-		return c.claimWindow(ctx, d, res)
-	}
-	return nil
 }
 
 // rollbackNow rolls the lock transaction back, even when ctx is done. ended

@@ -47,23 +47,23 @@ func (c *callState) runClaim() *runClaim {
 }
 
 // claimWindow is the step between the grant and fn that claims the window
-// (or reads the claim that came with the grant): an error matching
-// ErrAlreadyDone when the window already has a run.
-func (c *callState) claimWindow(ctx context.Context, d txDriver, res lockResult) error {
+// (or reads the claim that came with the grant): txAlreadyDone when the
+// window already has a run, txCommitted (the zero outcome) when claimed.
+func (c *callState) claimWindow(ctx context.Context, d txDriver, res lockResult) txOutcome {
 	claimed := res.claimed
 	if res.claimErr != nil {
-		return c.failure(ctx, "run-once", res.claimErr)
+		return stepFailed(ctx, OpRunOnce, res.claimErr)
 	}
 	if !res.claimSent {
 		var err error
 		if claimed, err = d.claim(ctx, c.runClaim()); err != nil {
-			return c.failure(ctx, "run-once", err)
+			return stepFailed(ctx, OpRunOnce, err)
 		}
 	}
 	if !claimed {
-		return &Error{Op: "run-once", LockIDs: c.ids, Name: c.name, Kind: ErrAlreadyDone, Err: fmt.Errorf("window %q", c.window)}
+		return txOutcome{end: txAlreadyDone}
 	}
-	return nil
+	return txOutcome{}
 }
 
 // defaultHolder is the ledger's holder without WithHolder: "<hostname>/<pid>".

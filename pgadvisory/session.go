@@ -78,7 +78,7 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 		}
 	}
 	acquired := time.Now()
-	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+	c.granted(acquired.Sub(start), 0)
 
 	workCtx, cancel := context.WithCancelCause(ctx)
 	w := &watcher{c: c, conn: conn, cancel: cancel, stop: make(chan struct{})}
@@ -97,11 +97,15 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 			unreleased = c.releaseSession(ctx, conn)
 		}
 		if r := recover(); r != nil {
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
+			if obs := c.obs; obs != nil {
+				obs.held = time.Since(acquired)
+			}
 			panic(r)
 		}
 		err = c.sessionOutcome(ctx, lost, unreleased, err)
-		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
+		if obs := c.obs; obs != nil {
+			obs.held = time.Since(acquired)
+		}
 	}()
 	return fn(workCtx)
 }
@@ -114,9 +118,7 @@ func (c *callState) sessionOutcome(ctx context.Context, lost, unreleased, fnErr 
 	case lost != nil:
 		return &Error{Op: "watch", LockIDs: c.ids, Name: c.name, SQLState: SQLState(lost), Kind: ErrLockLost, Err: joinErr(lost, fnErr)}
 	case unreleased != nil:
-		e := &Error{Op: "release", LockIDs: c.ids, Name: c.name, SQLState: SQLState(unreleased), Kind: ErrLockLost, Err: joinErr(unreleased, fnErr)}
-		c.emit(Event{Kind: EventError, Err: e})
-		return e
+		return &Error{Op: OpRelease, LockIDs: c.ids, Name: c.name, SQLState: SQLState(unreleased), Kind: ErrLockLost, Err: joinErr(unreleased, fnErr)}
 	case fnErr != nil || ctx.Err() != nil:
 		return c.fnFailure(ctx, fnErr)
 	}
@@ -252,9 +254,7 @@ func (c *callState) lockSession(ctx context.Context, conn sessionConn, s openedS
 		default:
 			conn.release()
 		}
-		err := c.locked()
-		c.emit(Event{Kind: EventContended, Err: err})
-		return err
+		return c.locked()
 	}
 	return nil
 }

@@ -39,17 +39,21 @@ func runSessionMux(ctx context.Context, c *callState, p *sessionPool, fn func(co
 		}
 	}
 	acquired := time.Now()
-	c.emit(Event{Kind: EventAcquired, Wait: acquired.Sub(start)})
+	c.granted(acquired.Sub(start), 0)
 
 	defer func() {
 		lost, unreleased := p.release(ctx, sc, l)
 		cancel(nil)
 		if r := recover(); r != nil {
-			c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: errFnPanicked})
+			if obs := c.obs; obs != nil {
+				obs.held = time.Since(acquired)
+			}
 			panic(r)
 		}
 		err = c.sessionOutcome(ctx, lost, unreleased, err)
-		c.emit(Event{Kind: EventReleased, Held: time.Since(acquired), Err: err})
+		if obs := c.obs; obs != nil {
+			obs.held = time.Since(acquired)
+		}
 	}()
 	return fn(workCtx)
 }
@@ -72,9 +76,7 @@ func (p *sessionPool) acquire(ctx context.Context, l *muxLock, start time.Time) 
 		return sc, err
 	}
 	if !c.wait {
-		err := c.locked()
-		c.emit(Event{Kind: EventContended, Err: err})
-		return nil, err
+		return nil, c.locked()
 	}
 	return p.wait(ctx, l, start)
 }

@@ -19,28 +19,34 @@ const statementTimeoutSQL = `SELECT current_setting('statement_timeout'), settin
 FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'`
 
 // lockFailure is the error of a failed lock statement that started at
+// start (see lockFailed).
+func (c *callState) lockFailure(ctx context.Context, err error, start time.Time, readTimeout func(context.Context) (string, int64, error)) error {
+	return c.txError(c.lockFailed(ctx, err, start, readTimeout))
+}
+
+// lockFailed is the outcome of a failed lock statement that started at
 // start. A waiting call's statement canceled by the server (SQLSTATE
 // 57014) while ctx is live was canceled by statement_timeout when that
 // setting is on and the statement ran at least that long; readTimeout
-// reads it (one more round trip, on this failure only), and the error is
-// then of kind ErrLockTimeout and names it. Any other failure is
+// reads it (one more round trip, on this failure only), and the step is
+// then refused with ErrLockTimeout, naming it. Any other failure is
 // classified as usual.
-func (c *callState) lockFailure(ctx context.Context, err error, start time.Time, readTimeout func(context.Context) (string, int64, error)) error {
+func (c *callState) lockFailed(ctx context.Context, err error, start time.Time, readTimeout func(context.Context) (string, int64, error)) txOutcome {
 	if !c.wait || SQLState(err) != "57014" || ctx.Err() != nil {
-		return c.failure(ctx, "lock", err)
+		return stepFailed(ctx, OpLock, err)
 	}
 	waited := time.Since(start)
 	rctx, cancel := context.WithTimeout(ctx, c.checkTimeout)
 	text, ms, rerr := readTimeout(rctx)
 	cancel()
 	if rerr != nil || ms <= 0 || waited < time.Duration(ms)*time.Millisecond {
-		return c.failure(ctx, "lock", err) // canceled by someone else (pg_cancel_backend)
+		return stepFailed(ctx, OpLock, err) // canceled by someone else (pg_cancel_backend)
 	}
-	return c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf(
+	return txOutcome{end: txRefused, op: OpLock, kind: ErrLockTimeout, ctxErr: ctx.Err(), err: fmt.Errorf(
 		"the server's statement_timeout (%s) ended the wait after %v, before %s; this call cannot lift it "+
 			"for the lock statement without an extra round trip (see WithWait): wait less, raise statement_timeout "+
 			"for this role or database, or use a pgx front door: %w",
-		text, waited.Round(time.Millisecond), c.waitPhrase(), err))
+		text, waited.Round(time.Millisecond), c.waitPhrase(), err)}
 }
 
 // waitPhrase says what wait the caller asked for.
