@@ -61,16 +61,23 @@ var templateBuilds struct {
 // complete, even after a build that crashed. It allows no connections: a
 // connection to a template makes CREATE DATABASE ... TEMPLATE fail.
 func ensureTemplate(ctx context.Context, s server, conn *pgx.Conn, name string) error {
+	return ensureTemplateWithLock(ctx, s, conn, name, templateLockID)
+}
+
+// ensureTemplateWithLock is ensureTemplate under the advisory lock lockID
+// (tests make builders that share no lock, as builders connected to
+// different databases of one server are).
+func ensureTemplateWithLock(ctx context.Context, s server, conn *pgx.Conn, name string, lockID int64) error {
 	if ok, err := databaseExists(ctx, conn, name); err != nil || ok {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", templateLockID); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", lockID); err != nil {
 		return fmt.Errorf("lockgentest: waiting for the template lock: %w", err)
 	}
 	defer func() {
 		// A connection whose context ended is closed by pgx, which ends the
 		// session and its lock; otherwise unlock for the next caller.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_catalog.pg_advisory_unlock($1)", templateLockID)
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_catalog.pg_advisory_unlock($1)", lockID)
 	}()
 	if ok, err := databaseExists(ctx, conn, name); err != nil || ok {
 		return err // built by another test binary while this one waited
@@ -85,7 +92,11 @@ func ensureTemplate(ctx context.Context, s server, conn *pgx.Conn, name string) 
 	published := false
 	defer func() {
 		if !published {
-			_ = dropDatabase(context.WithoutCancel(ctx), conn, build)
+			// A template cannot be dropped: the build may have been made
+			// one before its rename failed.
+			ctx := context.WithoutCancel(ctx)
+			_, _ = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{build}.Sanitize()+" WITH IS_TEMPLATE false")
+			_ = dropDatabase(ctx, conn, build)
 		}
 	}()
 	if err := migrate(ctx, s, build); err != nil {

@@ -85,3 +85,81 @@ func TestTemplateBuiltOnce(t *testing.T) {
 		t.Errorf("the template: datistemplate %v, datallowconn %v; want true, false", isTemplate, allowConn)
 	}
 }
+
+// TestTemplateRaceLeavesNoBuild: builders that take no common advisory
+// lock (their server databases differ) race to publish; the losers drop
+// their builds, which are templates by then.
+func TestTemplateRaceLeavesNoBuild(t *testing.T) {
+	if os.Getenv(EnvDatabaseURL) == "" {
+		t.Setenv(EnvDatabaseURL, testdb.ServerURL())
+	}
+	s, err := resolveServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testdb.Context(t)
+	admin, err := s.connect(ctx)
+	if err != nil {
+		unavailable(t, err)
+	}
+	defer admin.Close(ctx)
+	name := "lockgentest_tpl_test_" + randomHex(4)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := s.connect(ctx)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH IS_TEMPLATE false")
+		_ = dropDatabase(ctx, conn, name)
+	})
+	builds := func() map[string]bool {
+		rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'lockgentest\\_build\\_%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, n := range names {
+			m[n] = true
+		}
+		return m
+	}
+	before := builds()
+	// A lock key of each builder's own: they race to publish.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := s.connect(ctx)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer conn.Close(ctx)
+			errs[i] = ensureTemplateWithLock(ctx, s, conn, name, int64(i)+templateLockID)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("builder %d: %v", i, err)
+		}
+	}
+	for n := range builds() {
+		if !before[n] {
+			t.Errorf("a build was left behind: %s", n)
+			_, _ = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{n}.Sanitize()+" WITH IS_TEMPLATE false")
+			_ = dropDatabase(ctx, admin, n)
+		}
+	}
+	if ok, err := databaseExists(ctx, admin, name); err != nil || !ok {
+		t.Errorf("the template %s was not published: %v", name, err)
+	}
+}

@@ -643,8 +643,8 @@ var Mutants = []Mutant{
 	{
 		Name: "template-built-without-lock", Area: "lockgentest",
 		File:    "lockgentest/template.go",
-		Search:  `conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", templateLockID)`,
-		Replace: `conn.Exec(ctx, "SELECT $1::bigint", templateLockID)`,
+		Search:  `conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", lockID)`,
+		Replace: `conn.Exec(ctx, "SELECT $1::bigint", lockID)`,
 		Promise: "test binaries that start together build lockgentest's template once, under the server's advisory lock",
 		Pkgs:    testkit, Run: "^TestTemplateBuiltOnce$",
 	},
@@ -687,5 +687,13 @@ var Mutants = []Mutant{
 		Replace: "\tif free < 0 {",
 		Promise: "lockgen doctor -conformance fails a path where a pipelined transaction's lock is free before its last statement",
 		Pkgs:    doctorPkg, Run: "^TestPipelinedHeldSeesAnEndedTransaction$",
+	},
+	{
+		Name: "template-race-leaves-build", Area: "lockgentest",
+		File:    "lockgentest/template.go",
+		Search:  "\t\t\t_, _ = conn.Exec(ctx, \"ALTER DATABASE \"+pgx.Identifier{build}.Sanitize()+\" WITH IS_TEMPLATE false\")\n",
+		Replace: "",
+		Promise: "a template build that lost the race to publish is dropped, though it is a template by then",
+		Pkgs:    testkit, Run: "^TestTemplateRaceLeavesNoBuild$",
 	},
 }
