@@ -8,7 +8,8 @@
 //	obs, err := lockgenotel.New() // the global MeterProvider and TracerProvider
 //	if err != nil { … }
 //	locker, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithLockerObserver(obs)) // every call of the Locker
-//	pgadvisory.SetObserverFor(locks.Declared, obs)                                         // or: the locks of one locks.yaml
+//	locker, err := pgadvisory.New(pgadvisory.Pgx(pool),
+//		pgadvisory.WithLockSetObserver(locks.Declared, obs)) // or: its calls on the locks of one locks.yaml
 //
 // or for one call or lock with pgadvisory.WithCallObserver(obs).
 //

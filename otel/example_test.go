@@ -34,13 +34,15 @@ func ExampleNew() {
 	report := pgadvisory.Lock{Name: "reports.daily_email", ID: exampleLockID("new")}
 	declared := []pgadvisory.Declared{{Name: report.Name, ID: report.ID}}
 
-	// Once, at start-up: every call on the declared locks is recorded.
-	pgadvisory.SetObserverFor(declared, obs)
-	defer pgadvisory.SetObserverFor(declared, nil)
-
-	_ = report.RunExclusivePgx(ctx, pool, func(pgx.Tx) error {
+	// Once, at start-up: every call of the Locker on the declared locks is
+	// recorded.
+	locker, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithLockSetObserver(declared, obs))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = locker.RunExclusive(ctx, report, func(pgx.Tx) error {
 		// The same lock, again, while it is held: locked.
-		return report.RunExclusivePgx(ctx, pool, func(pgx.Tx) error { return nil })
+		return locker.RunExclusive(ctx, report, func(pgx.Tx) error { return nil })
 	})
 
 	var rm metricdata.ResourceMetrics

@@ -14,7 +14,7 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Set once: an observer set for the process records calls that carry no
+// Set once: an observer set for the Locker records calls that carry no
 // option; one set for a lock set records its locks instead. Instruments
 // have the documented names and units, and WithMetricLockID(false) keeps
 // the lock ID out of the metrics but not out of the spans.
@@ -27,10 +27,7 @@ func TestSetOnce(t *testing.T) {
 		declared := pgadvisory.Lock{Name: "otel.declared", ID: testdb.Key(t)}
 		decls := []pgadvisory.Declared{{Name: declared.Name, ID: declared.ID}}
 
-		pgadvisory.SetObserver(process.obs)
-		t.Cleanup(func() { pgadvisory.SetObserver(nil) })
-		pgadvisory.SetObserverFor(decls, set.obs)
-		t.Cleanup(func() { pgadvisory.SetObserverFor(decls, nil) })
+		door = door.WithLocker(pgadvisory.WithLockerObserver(process.obs), pgadvisory.WithLockSetObserver(decls, set.obs))
 
 		require.NoError(t, door.RunExclusive(ctx, raw, noop))
 		require.NoError(t, door.RunExclusiveLock(ctx, declared, noop))
@@ -39,7 +36,7 @@ func TestSetOnce(t *testing.T) {
 		byName := map[attribute.Key]string{lockgenotel.LockIDKey: itoa(declared.ID), lockgenotel.LockNameKey: declared.Name}
 		p, s := process.collect(t), set.collect(t)
 		require.EqualValues(t, 1, count(p["lockgen.lock.attempts"], byRaw))
-		require.Zero(t, count(p["lockgen.lock.attempts"], byName), "the lock set's observer replaces the process's")
+		require.Zero(t, count(p["lockgen.lock.attempts"], byName), "the lock set's observer replaces the Locker's")
 		require.EqualValues(t, 1, count(s["lockgen.lock.attempts"], byName))
 		require.Zero(t, count(s["lockgen.lock.attempts"], byRaw))
 	})

@@ -12,18 +12,18 @@ import (
 
 // The package-level functions and the Lock methods below are the front
 // doors of before Locker. Each is a Locker call on the pool's package
-// Locker: the Locker of stdlibLocker or pgxLocker, whose state
-// (packageState) takes its shared session connections from SetSessionConns
-// and its observer from SetObserver.
+// Locker (package_lockers.go), whose state takes its shared session
+// connections from SetSessionConns and its observers from SetObserver and
+// SetObserverFor.
 
 // stdlibLocker is the package Locker of db.
 func stdlibLocker(db *sql.DB) Locker[*sql.Tx] {
-	return Locker[*sql.Tx]{d: stdlibDriver{db: db}, s: packageState}
+	return Locker[*sql.Tx]{d: stdlibDriver{db: db}, s: packageStateOf(db)}
 }
 
 // pgxLocker is the package Locker of pool.
 func pgxLocker(pool *pgxpool.Pool) Locker[pgx.Tx] {
-	return Locker[pgx.Tx]{d: pgxDriver{pool: pool}, s: packageState}
+	return Locker[pgx.Tx]{d: pgxDriver{pool: pool}, s: packageStateOf(pool)}
 }
 
 // ID is a raw advisory-lock key as a [Lock], without a name: for keys that
@@ -282,7 +282,7 @@ func (l Lock) RunFenced(ctx context.Context, db *sql.DB, token int64, fn func(*s
 	if db == nil || fn == nil {
 		return fencedInvalid(token, "nil db or fn")
 	}
-	c, err := l.fencedWrite()
+	c, err := l.fencedWrite(packageStateOf(db))
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (l Lock) RunFencedPgx(ctx context.Context, pool *pgxpool.Pool, token int64,
 	if pool == nil || fn == nil {
 		return fencedInvalid(token, "nil pool or fn")
 	}
-	c, err := l.fencedWrite()
+	c, err := l.fencedWrite(packageStateOf(pool))
 	if err != nil {
 		return err
 	}
@@ -319,26 +319,33 @@ func SetFencingTokenPgx(ctx context.Context, tx pgx.Tx, token int64) error {
 	return l.SetFencingToken(ctx, tx, token)
 }
 
-// FencingToken is [Locker.FencingToken].
+// FencingToken is [Locker.FencingToken] for the lock transactions of the
+// package-level functions and Lock methods: it does not know the
+// transactions of a Locker made by [New] (ask that Locker).
 //
 // Deprecated: use [Locker.FencingToken].
 func FencingToken(tx *sql.Tx) (int64, bool) {
-	l := stdlibLocker(nil)
-	return l.FencingToken(tx)
+	if tx == nil {
+		return 0, false
+	}
+	return packageToken(tx)
 }
 
-// FencingTokenPgx is [Locker.FencingToken] for pgx.
+// FencingTokenPgx is [FencingToken] for pgx.
 //
 // Deprecated: use [Locker.FencingToken].
 func FencingTokenPgx(tx pgx.Tx) (int64, bool) {
-	l := pgxLocker(nil)
-	return l.FencingToken(tx)
+	if tx == nil {
+		return 0, false
+	}
+	return packageToken(tx)
 }
 
 // SetSessionConns sets how many server connections the session locks of
 // the package-level functions and Lock methods on db share: at most n, 2
-// by default (see [WithSessionConns]). It does not keep db alive: it is
-// forgotten once db is garbage-collected. A Locker's own setting is
+// by default (see [WithSessionConns]), from the calls that start
+// afterwards. It does not keep db alive: it is forgotten once db is
+// garbage-collected. A Locker's own setting is
 // [WithSessionConns]; SetSessionConns does not change it.
 //
 // Deprecated: use New(Stdlib(db), WithSessionConns(n)).
@@ -346,7 +353,7 @@ func SetSessionConns(db *sql.DB, n int) error {
 	if db == nil {
 		return sessionConnsInvalid(errors.New("nil *sql.DB"))
 	}
-	return setSessionConnsOf(db, n)
+	return setSessionConnsOf(packageStateOf(db), n)
 }
 
 // SetSessionConnsPgx is [SetSessionConns] for a pgx pool.
@@ -356,5 +363,5 @@ func SetSessionConnsPgx(pool *pgxpool.Pool, n int) error {
 	if pool == nil {
 		return sessionConnsInvalid(errors.New("nil *pgxpool.Pool"))
 	}
-	return setSessionConnsOf(pool, n)
+	return setSessionConnsOf(packageStateOf(pool), n)
 }

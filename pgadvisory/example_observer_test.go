@@ -45,6 +45,28 @@ func ExampleSetObserverFor() {
 	// run_exclusive reports.daily_email: acquired
 }
 
+func ExampleWithLockSetObserver() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	report := pgadvisory.Lock{Name: "reports.daily_summary", ID: exampleLockID("with_lock_set_observer")}
+	// What cmd/lockgen generates next to the lock values.
+	declared := []pgadvisory.Declared{{Name: report.Name, ID: report.ID}}
+
+	// Once, at start-up: every call of the Locker on these locks is observed.
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithLockSetObserver(declared, outcomePrinter{}))
+	if err != nil {
+		panic(err)
+	}
+	_ = locker.RunExclusive(ctx, report, func(*sql.Tx) error {
+		return locker.RunExclusive(ctx, report, func(*sql.Tx) error { return nil })
+	})
+	_ = locker.RunExclusive(ctx, pgadvisory.ID(report.ID), func(*sql.Tx) error { return nil }) // a raw ID: not in the set
+	// Output:
+	// run_exclusive reports.daily_summary: locked
+	// run_exclusive reports.daily_summary: acquired
+}
+
 func ExampleWithCallObserver() {
 	ctx := context.Background()
 	db := exampleDB()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,15 +32,12 @@ func WithFencing() Option {
 	return optionFunc(func(c *callState) { c.mark(optFencing); c.fencing = true })
 }
 
-// tokens maps an open lock transaction (the value fn receives) to its token.
-var tokens sync.Map
-
-// lookupToken is the token of the fenced lock transaction key, if it is one.
-func lookupToken(key any) (int64, bool) {
+// token is the token of s's fenced lock transaction key, if it is one.
+func (s *lockerState) token(key any) (int64, bool) {
 	if key == nil {
 		return 0, false
 	}
-	v, ok := tokens.Load(key)
+	v, ok := s.tokens.Load(key)
 	if !ok {
 		return 0, false
 	}
@@ -260,13 +256,13 @@ func fencedOp(err error) Op {
 
 // fencedWrite is the call of a fenced write under l: its name, its ID and
 // the observer declared with it; its other declared options concern its
-// lock calls, not the write.
-func (l Lock) fencedWrite() (*callState, error) {
-	declared, err := newConfig(packageState, l.ID, l.named(nil))
+// lock calls, not the write. s is the state of the pool's package Locker.
+func (l Lock) fencedWrite(s *lockerState) (*callState, error) {
+	declared, err := newConfig(s, l.ID, l.named(nil))
 	if err != nil {
 		return nil, err
 	}
-	return &callState{ids: []int64{l.ID}, name: l.Name, observer: declared.observer}, nil
+	return &callState{ids: []int64{l.ID}, name: l.Name, observer: declared.observer, locker: s}, nil
 }
 
 // setFencingTokenSQL makes tx carry token (database/sql).

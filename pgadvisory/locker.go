@@ -27,11 +27,12 @@ type Locker[TTx any] struct {
 }
 
 // lockerState is what a Locker owns: its settings, checked once in New,
-// and the shared connections of its session locks.
+// the shared connections of its session locks, its leases and the tokens
+// of its fenced lock transactions.
 type lockerState struct {
-	// legacy marks the state of the package-level functions (deprecated):
-	// their session connections are shared per pool as SetSessionConns
-	// says, and their observer is SetObserver's.
+	// legacy marks a package Locker, the Locker of a pool's package-level
+	// functions (deprecated; package_lockers.go): its observers are
+	// SetObserver's and SetObserverFor's.
 	legacy bool
 
 	closed atomic.Bool
@@ -42,16 +43,22 @@ type lockerState struct {
 	checkTimeout  time.Duration
 	holder        string // "" : "<hostname>/<pid>"
 	observer      Observer
+	lockSet       map[string]Observer // WithLockSetObserver, by declared name
 
 	mu     sync.Mutex
 	shared *sessionPool // made when the first session lock needs it
 
 	lease leaseState // the leases of WithLease (lease.go)
+
+	// tokens maps an open fenced lock transaction (the value fn receives)
+	// to its token, while fn runs (see FencingToken).
+	tokens sync.Map
 }
 
-// packageState is the state of the package-level functions' Locker.
-var packageState = &lockerState{legacy: true, sessionConns: defaultSessionConns,
-	interval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
+// newLockerState is the state of a Locker with the default settings.
+func newLockerState() *lockerState {
+	return &lockerState{sessionConns: defaultSessionConns, interval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
+}
 
 // New returns the Locker of d's pool. The options are checked here, once:
 // a bad one is refused with an error of kind [ErrInvalidArgument] (Op
@@ -67,7 +74,7 @@ func New[TTx any](d Driver[TTx], opts ...LockerOption) (*Locker[TTx], error) {
 	if isNil {
 		return nil, &Error{Op: OpOptions, Kind: ErrInvalidArgument, Err: errors.New("New: nil " + name)}
 	}
-	s := &lockerState{sessionConns: defaultSessionConns, interval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
+	s := newLockerState()
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -216,8 +223,7 @@ func (l *Locker[TTx]) RunSession(ctx context.Context, lock Lock, fn func(context
 	if err != nil {
 		return err
 	}
-	pool, _, _ := l.d.handle()
-	return runSession(ctx, c, l.s, pool, l.d.sessions(), fn)
+	return runSession(ctx, c, l.s, l.d.sessions(), fn)
 }
 
 // Lead campaigns for the leadership lock: it waits in the queue of the
@@ -262,7 +268,7 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 	if c.given&optLease != 0 {
 		return leadLease(ctx, c, l.s, pool, fn)
 	}
-	return runSession(ctx, c, l.s, pool, l.d.sessions(), c.leadership(fn))
+	return runSession(ctx, c, l.s, l.d.sessions(), c.leadership(fn))
 }
 
 // Campaign keeps campaigning for the leadership lock until ctx ends: it
@@ -360,5 +366,5 @@ func (l *Locker[TTx]) SetFencingToken(ctx context.Context, tx TTx, token int64) 
 // fn of a [WithFencing] call runs, and false when tx is not a fenced lock
 // transaction. It sends nothing.
 func (l *Locker[TTx]) FencingToken(tx TTx) (int64, bool) {
-	return lookupToken(any(tx))
+	return l.s.token(any(tx))
 }

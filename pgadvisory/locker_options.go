@@ -78,16 +78,38 @@ func WithDefaultHolder(holder string) LockerOption {
 }
 
 // WithLockerObserver makes o observe every call of the Locker (see
-// [Observer]; [SlogObserver] is one), in place of the process's observer
-// ([SetObserver]). An observer set for a lock set ([SetObserverFor]) takes
-// its place for those locks, and a call's own ([WithObserver],
-// [WithCallObserver]) runs in addition. A nil o is refused.
+// [Observer]; [SlogObserver] is one). An observer set for a lock set
+// ([WithLockSetObserver]) takes its place for those locks, and a call's own
+// ([WithObserver], [WithCallObserver]) runs in addition. A nil o is
+// refused.
 func WithLockerObserver(o Observer) LockerOption {
 	return func(s *lockerState) error {
 		if o == nil {
 			return fmt.Errorf("WithLockerObserver: nil Observer")
 		}
 		s.observer = o
+		return nil
+	}
+}
+
+// WithLockSetObserver makes o observe the Locker's calls on the locks decls
+// declares (such as the Declared slice that cmd/lockgen generates next to
+// the lock values), in place of the Locker's observer
+// ([WithLockerObserver]). The calls are matched by the lock's declared
+// name, so a parameterized lock is observed for every parameter value;
+// calls by raw ID ([ID]) are not matched. A name given again takes the
+// later observer. A nil o is refused.
+func WithLockSetObserver(decls []Declared, o Observer) LockerOption {
+	return func(s *lockerState) error {
+		if o == nil {
+			return fmt.Errorf("WithLockSetObserver: nil Observer")
+		}
+		if s.lockSet == nil {
+			s.lockSet = make(map[string]Observer, len(decls))
+		}
+		for _, d := range decls {
+			s.lockSet[d.Name] = o
+		}
 		return nil
 	}
 }

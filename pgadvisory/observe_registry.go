@@ -6,16 +6,15 @@ import (
 	"sync/atomic"
 )
 
-// SetObserver makes o observe every call of the process (every entry
-// family, both front doors), so that metrics and traces need no option at
-// each call site. Set it once at start-up; nil removes it.
+// SetObserver makes o observe every call of the package-level functions
+// and Lock methods (deprecated), so that metrics and traces need no option
+// at each call site; nil removes it. A Locker made by [New] does not read
+// it: its observer is [WithLockerObserver]'s.
 //
 // It runs in addition to a call's own observer ([WithObserver],
 // [WithCallObserver], or one declared with [Lock.With]). Locks of a set
 // given to [SetObserverFor] are observed by that set's observer instead.
-// Calls that already started keep the observers they started with. A
-// Locker with its own observer ([WithLockerObserver]) uses that one
-// instead.
+// Calls that already started keep the observers they started with.
 //
 // Deprecated: give the observer to the Locker: New(d, WithLockerObserver(o)).
 func SetObserver(o Observer) {
@@ -26,10 +25,11 @@ func SetObserver(o Observer) {
 	processObserver.Store(&o)
 }
 
-// SetObserverFor makes o observe every call on the locks decls declares
+// SetObserverFor makes o observe every call of the package-level
+// functions and Lock methods (deprecated) on the locks decls declares
 // (such as the Declared slice that cmd/lockgen generates next to the lock
-// values), in place of the process's observer ([SetObserver]); nil removes
-// them. The calls are matched by the lock's declared name, so a
+// values), in place of [SetObserver]'s; nil removes them. A Locker made by
+// [New] does not read it: see [WithLockSetObserver]. The calls are matched by the lock's declared name, so a
 // parameterized lock is observed for every parameter value; calls by raw
 // ID, without a [Lock], are not matched. A name given again later takes the
 // later observer.
@@ -37,6 +37,9 @@ func SetObserver(o Observer) {
 //	pgadvisory.SetObserverFor(locks.Declared, observer)
 //
 // Like SetObserver, it runs in addition to a call's own observer.
+//
+// Deprecated: give the observer to the Locker: New(d,
+// WithLockSetObserver(decls, o)).
 func SetObserverFor(decls []Declared, o Observer) {
 	lockSetMu.Lock()
 	defer lockSetMu.Unlock()
@@ -60,6 +63,8 @@ func SetObserverFor(decls []Declared, o Observer) {
 	lockSetObservers.Store(&next)
 }
 
+// The observers of the package Lockers (package_lockers.go): package-level
+// state that only the deprecated functions read.
 var (
 	// processObserver is SetObserver's observer, nil when none is set.
 	processObserver atomic.Pointer[Observer]
@@ -71,19 +76,15 @@ var (
 	lockSetMu sync.Mutex
 )
 
-// registeredObserver is the observer set for the lock name (by
-// SetObserverFor), else the call's Locker's (WithLockerObserver), else the
-// process's (SetObserver), or nil.
-func registeredObserver(name string, locker Observer) Observer {
+// packageObserver is the observer of a package Locker's call on the lock
+// name: SetObserverFor's for name, else SetObserver's, or nil.
+func packageObserver(name string) Observer {
 	if name != "" {
 		if m := lockSetObservers.Load(); m != nil {
 			if o, ok := (*m)[name]; ok {
 				return o
 			}
 		}
-	}
-	if locker != nil {
-		return locker
 	}
 	if p := processObserver.Load(); p != nil {
 		return *p

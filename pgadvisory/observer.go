@@ -13,7 +13,8 @@ import (
 // a start time) in the [CallObserver] it returns.
 //
 // Observers are set per call or per lock ([WithCallObserver], [Lock.With]),
-// per lock set ([SetObserverFor]) or once per process ([SetObserver]).
+// or on the Locker: for all its calls ([WithLockerObserver]) or for the
+// locks of a lock set ([WithLockSetObserver]).
 // Calls refused for a bad argument or option, before anything is sent, are
 // not observed.
 type Observer interface {
@@ -208,11 +209,10 @@ type observation struct {
 // startCall starts observing the call of kind and reports whether anyone
 // observes it; *ctx becomes the context the observers return.
 func (c *callState) startCall(ctx *context.Context, kind CallKind, window string, token int64) bool {
-	var lockerObs Observer
-	if c.locker != nil {
-		lockerObs = c.locker.observer
+	var registered Observer
+	if s := c.locker; s != nil {
+		registered = s.observerFor(c.name)
 	}
-	registered := registeredObserver(c.name, lockerObs)
 	if c.observer == nil && registered == nil {
 		return false
 	}
@@ -229,6 +229,20 @@ func (c *callState) startCall(ctx *context.Context, kind CallKind, window string
 	}
 	c.obs = o
 	return true
+}
+
+// observerFor is the observer s sets for a call on the lock name: the
+// lock set's ([WithLockSetObserver]) or else the Locker's
+// ([WithLockerObserver]); for a package Locker (deprecated functions),
+// SetObserverFor's or else SetObserver's.
+func (s *lockerState) observerFor(name string) Observer {
+	if s.legacy {
+		return packageObserver(name)
+	}
+	if o, ok := s.lockSet[name]; ok && name != "" {
+		return o
+	}
+	return s.observer
 }
 
 // startOne starts obs on call, keeping ctx when obs returns none.

@@ -59,9 +59,9 @@ func TestObserverFencingRejections(t *testing.T) {
 		})
 
 		t.Run("stale write by token alone", func(t *testing.T) {
-			setProcessObserver(t, &log)
-			require.ErrorIs(t, door.RunFenced(ctx, stale, staleWrite), pgadvisory.ErrStaleToken)
-			var mine []*loggedCall // the process observer also sees other calls
+			observed := door.WithLocker(pgadvisory.WithLockerObserver(&log))
+			require.ErrorIs(t, observed.RunFenced(ctx, stale, staleWrite), pgadvisory.ErrStaleToken)
+			var mine []*loggedCall
 			for _, c := range log.take() {
 				if c.call.Kind == pgadvisory.CallFenced && c.call.Token == stale {
 					mine = append(mine, c)

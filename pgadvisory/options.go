@@ -86,8 +86,8 @@ type callState struct {
 	// ids as the text of a bigint array, once built (idsArg)
 	idsText string
 
-	// locker is the state of the call's Locker: its observer
-	// (WithLockerObserver); nil for a fenced write of a Lock method
+	// locker is the state of the call's Locker: its observers and the
+	// tokens of its fenced lock transactions
 	locker *lockerState
 
 	// run-once calls

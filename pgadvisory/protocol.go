@@ -157,8 +157,8 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 	c.granted(acquired.Sub(start), res.token)
 	if c.fencing {
 		key := d.txKey()
-		tokens.Store(key, res.token)
-		defer tokens.Delete(key)
+		c.locker.tokens.Store(key, res.token)
+		defer c.locker.tokens.Delete(key)
 	}
 
 	panicking := true

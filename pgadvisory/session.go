@@ -36,16 +36,15 @@ type sessionConn interface {
 // runSession is the session-lock protocol shared by both drivers, between
 // its observers' start and end (observer.go), on the shared connections of
 // the Locker's state s (for pool), or on a connection of its own.
-func runSession(ctx context.Context, c *callState, s *lockerState, pool any, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
+func runSession(ctx context.Context, c *callState, s *lockerState, acquire func(context.Context) (sessionConn, error), fn func(context.Context) error) error {
 	c.session = true
 	kind := CallSession
 	if c.lead {
 		kind = CallLead
 	}
 	return c.observed(ctx, kind, "", 0, func(ctx context.Context) error {
-		if p := s.sessionPool(pool, acquire); p != nil {
-			defer p.done()
-			return runSessionMux(ctx, c, p, fn)
+		if p := s.sessionPool(); p != nil {
+			return runSessionMux(ctx, c, p, acquire, fn)
 		}
 		return runSessionLock(ctx, c, acquire, fn)
 	})

@@ -4,11 +4,12 @@ import (
 	"fmt"
 )
 
-func setSessionConnsOf(pool any, n int) error {
+// setSessionConnsOf is SetSessionConns on the package Locker state s.
+func setSessionConnsOf(s *lockerState, n int) error {
 	if n < 0 {
 		return sessionConnsInvalid(fmt.Errorf("negative number of connections %d", n))
 	}
-	setSessionConns(pool, n)
+	s.setSessionConns(n)
 	return nil
 }
 

@@ -23,10 +23,10 @@ func TestSessionOnLockedHook(t *testing.T) {
 	}
 	doors := []door{
 		{"database/sql", func(ctx context.Context, c *callState, fn func(context.Context) error) error {
-			return runSession(ctx, c, packageState, db, databaseSQLSessions(db), fn)
+			return runSession(ctx, c, c.locker, databaseSQLSessions(db), fn)
 		}},
 		{"pgx", func(ctx context.Context, c *callState, fn func(context.Context) error) error {
-			return runSession(ctx, c, packageState, pool, pgxSessions(pool), fn)
+			return runSession(ctx, c, c.locker, pgxSessions(pool), fn)
 		}},
 	}
 	holderPID := func(t *testing.T, key int64) (pid int32) {
@@ -41,17 +41,13 @@ func TestSessionOnLockedHook(t *testing.T) {
 				name = d.name + "/dedicated"
 			}
 			t.Run(name, func(t *testing.T) {
-				handle := any(db)
-				if d.name == "pgx" {
-					handle = pool
-				}
+				s := newLockerState()
 				if dedicated {
-					setSessionConns(handle, 0)
-					t.Cleanup(func() { setSessionConns(handle, defaultSessionConns) })
+					s.setSessionConns(0)
 				}
 				ctx := testdb.Context(t)
 				key := testdb.Key(t)
-				c, err := newCall(packageState, key, nil, famSession, "pool", false, false)
+				c, err := newCall(s, key, nil, famSession, "pool", false, false)
 				require.NoError(t, err)
 				var hookPID int32
 				c.onLocked = func(ctx context.Context, q sessionQuerier) error {
@@ -62,7 +58,7 @@ func TestSessionOnLockedHook(t *testing.T) {
 					return nil
 				}))
 
-				c, err = newCall(packageState, key, nil, famSession, "pool", false, false)
+				c, err = newCall(s, key, nil, famSession, "pool", false, false)
 				require.NoError(t, err)
 				refused := errors.New("hook refused")
 				c.onLocked = func(ctx context.Context, q sessionQuerier) error {
@@ -79,7 +75,7 @@ func TestSessionOnLockedHook(t *testing.T) {
 				require.True(t, free, "the lock was released")
 
 				// A statement the server rejects does not cost the connection.
-				c, err = newCall(packageState, key, nil, famSession, "pool", false, false)
+				c, err = newCall(s, key, nil, famSession, "pool", false, false)
 				require.NoError(t, err)
 				c.onLocked = func(ctx context.Context, q sessionQuerier) error {
 					var n int

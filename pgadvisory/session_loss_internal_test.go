@@ -39,7 +39,8 @@ const (
 // lossDoor is a front door whose connections go through a fault proxy.
 type lossDoor struct {
 	name   string
-	handle any // the pool SetSessionConns configures
+	handle any          // the pool
+	s      *lockerState // the state of the Locker whose calls run here (set by the test)
 	run    func(ctx context.Context, c *callState, fn func(context.Context) error) error
 }
 
@@ -59,11 +60,11 @@ func proxiedDoors(t *testing.T, px *faultproxy.Proxy) []lossDoor {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return []lossDoor{
-		{"database/sql", db, func(ctx context.Context, c *callState, fn func(context.Context) error) error {
-			return runSession(ctx, c, packageState, db, databaseSQLSessions(db), fn)
+		{"database/sql", db, nil, func(ctx context.Context, c *callState, fn func(context.Context) error) error {
+			return runSession(ctx, c, c.locker, databaseSQLSessions(db), fn)
 		}},
-		{"pgx", pool, func(ctx context.Context, c *callState, fn func(context.Context) error) error {
-			return runSession(ctx, c, packageState, pool, pgxSessions(pool), fn)
+		{"pgx", pool, nil, func(ctx context.Context, c *callState, fn func(context.Context) error) error {
+			return runSession(ctx, c, c.locker, pgxSessions(pool), fn)
 		}},
 	}
 }
@@ -79,8 +80,8 @@ func forEachSessionMode(t *testing.T, doors []lossDoor, body func(t *testing.T, 
 				name, n = d.name+"/dedicated", 0
 			}
 			t.Run(name, func(t *testing.T) {
-				setSessionConns(d.handle, n)
-				t.Cleanup(func() { setSessionConns(d.handle, defaultSessionConns) })
+				d.s = newLockerState()
+				d.s.setSessionConns(n)
 				body(t, d, dedicated)
 			})
 		}
@@ -89,12 +90,12 @@ func forEachSessionMode(t *testing.T, doors []lossDoor, body func(t *testing.T, 
 
 // sessionCall is a session lock call on keys (a set when there are
 // several) with opts.
-func sessionCall(t *testing.T, keys []int64, opts ...Option) *callState {
+func sessionCall(t *testing.T, s *lockerState, keys []int64, opts ...Option) *callState {
 	t.Helper()
 	if len(keys) > 1 {
 		opts = append(opts, WithLocks(keys[1:]...))
 	}
-	c, err := newCall(packageState, keys[0], opts, famSession, "pool", false, false)
+	c, err := newCall(s, keys[0], opts, famSession, "pool", false, false)
 	require.NoError(t, err)
 	return c
 }
@@ -256,7 +257,7 @@ func TestSessionLossStories(t *testing.T) {
 			t.Run(s.name, func(t *testing.T) {
 				ctx := testdb.Context(t)
 				keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)}
-				c := sessionCall(t, keys, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout))
+				c := sessionCall(t, d.s, keys, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout))
 				if s.prepare != nil {
 					s.prepare(c, keys)
 				}
@@ -289,7 +290,7 @@ func TestSessionLossStories(t *testing.T) {
 		t.Run("control", func(t *testing.T) {
 			ctx := testdb.Context(t)
 			keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)}
-			c := sessionCall(t, keys, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout))
+			c := sessionCall(t, d.s, keys, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout))
 			lockTimeoutOnLocked(c)
 			delay.Store(int64(lossTimeout / 6))
 			defer delay.Store(0)
@@ -322,7 +323,7 @@ func TestSessionReleasePartlyLostSet(t *testing.T) {
 		quiet := WithCheckInterval(time.Hour)
 
 		keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)}
-		c := sessionCall(t, keys, quiet)
+		c := sessionCall(t, d.s, keys, quiet)
 		unlockOnLocked(c, keys[2])
 		err := d.run(ctx, c, func(fctx context.Context) error {
 			other := takeOver(t, ctx, admin, keys[2])
@@ -343,7 +344,7 @@ func TestSessionReleasePartlyLostSet(t *testing.T) {
 
 		// CONTROL: nothing unlocked, the release verifies all three.
 		keys = []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)}
-		require.NoError(t, d.run(ctx, sessionCall(t, keys, quiet), func(context.Context) error { return nil }))
+		require.NoError(t, d.run(ctx, sessionCall(t, d.s, keys, quiet), func(context.Context) error { return nil }))
 		for _, key := range keys {
 			require.Empty(t, lockHolders(t, admin, key))
 		}
@@ -364,8 +365,8 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 	t.Cleanup(func() { px.Blackhole(false) })
 	for _, d := range proxiedDoors(t, px) {
 		t.Run(d.name, func(t *testing.T) {
-			setSessionConns(d.handle, 1)
-			t.Cleanup(func() { setSessionConns(d.handle, defaultSessionConns) })
+			d.s = newLockerState()
+			d.s.setSessionConns(1)
 			ctx := testdb.Context(t)
 			slow, fast := testdb.Key(t), testdb.Key(t)
 			// Whatever fails first, the link heals before the calls are
@@ -377,7 +378,7 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 			slowCause := make(chan error, 1)
 			slowDone := make(chan error, 1)
 			go func() {
-				slowDone <- d.run(ctx, sessionCall(t, []int64{slow}, WithCheckInterval(time.Hour), WithCheckTimeout(time.Hour)),
+				slowDone <- d.run(ctx, sessionCall(t, d.s, []int64{slow}, WithCheckInterval(time.Hour), WithCheckTimeout(time.Hour)),
 					func(fctx context.Context) error {
 						close(started)
 						select {
@@ -405,7 +406,7 @@ func TestSessionSharedSmallestInterval(t *testing.T) {
 			}
 
 			var fastCause error
-			err := d.run(ctx, sessionCall(t, []int64{fast}, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout)),
+			err := d.run(ctx, sessionCall(t, d.s, []int64{fast}, WithCheckInterval(lossInterval), WithCheckTimeout(lossTimeout)),
 				func(fctx context.Context) error {
 					require.Equal(t, lockHolders(t, admin, slow), lockHolders(t, admin, fast), "both locks share one connection")
 					time.Sleep(5 * lossInterval) // a few checks pass

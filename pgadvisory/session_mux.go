@@ -5,160 +5,56 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
-	"weak"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Session locks of one pool share a few dedicated connections (see
-// SetSessionConns): a sessionPool per *sql.DB or *pgxpool.Pool, found in a
-// package-level registry by the pool's pointer, keeps at most max shared
+// The session locks of a Locker share a few dedicated connections (see
+// WithSessionConns): the Locker's sessionPool keeps at most max shared
 // connections, each taken from the pool when the first lock needs it and
 // given back once it holds no lock. Statements on a shared connection are
 // serialized; one watcher per connection checks all of its locks.
 //
 // Advisory locks are re-entrant within a server session, so two calls of
 // this process for one key placed on the same connection would both be
-// granted: the pool's key table (held) makes a key held by a call of this
-// process contended for every other call of this process, before a lock
-// statement is sent.
+// granted: the key table (held) makes a key held by a call of the Locker
+// contended for every other call of the Locker, before a lock statement
+// is sent.
 
-// defaultSessionConns is the number of shared connections per pool
-// without SetSessionConns.
+// defaultSessionConns is the number of shared connections of a Locker
+// without WithSessionConns.
 const defaultSessionConns = 2
 
-// sessionPools is the registry of pools with session locks in use, and
-// sessionConnsSet the pools' sizes set by SetSessionConns.
-var (
-	sessionPoolsMu  sync.Mutex
-	sessionPools    = map[any]*sessionPool{}
-	sessionConnsSet = map[any]int{}
-)
-
-// settingKey is the key of pool's SetSessionConns setting: a weak
-// pointer, so that the setting does not keep a closed pool alive (a
-// cleanup deletes it once the pool is collected).
-func settingKey(pool any) any {
-	switch p := pool.(type) {
-	case *sql.DB:
-		return weak.Make(p)
-	case *pgxpool.Pool:
-		return weak.Make(p)
+// sessionPool is s's sessionPool, made on first use, or nil when each
+// lock takes a connection of its own (sessionConns 0).
+func (s *lockerState) sessionPool() *sessionPool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessionConns == 0 {
+		return nil
 	}
-	return pool
+	if s.shared == nil {
+		s.shared = &sessionPool{max: s.sessionConns, held: map[int64]*keyHold{}}
+	}
+	return s.shared
 }
 
-// sessionConnsFor is the number of shared connections of pool (0:
-// a dedicated connection per call).
-func sessionConnsFor(pool any) int {
-	key := settingKey(pool)
-	sessionPoolsMu.Lock()
-	defer sessionPoolsMu.Unlock()
-	if n, ok := sessionConnsSet[key]; ok {
-		return n
-	}
-	return defaultSessionConns
-}
-
-// setSessionConns records n for pool.
-func setSessionConns(pool any, n int) {
-	key := settingKey(pool)
-	sessionPoolsMu.Lock()
-	defer sessionPoolsMu.Unlock()
-	_, known := sessionConnsSet[key]
-	if n == defaultSessionConns {
-		delete(sessionConnsSet, key)
-	} else {
-		sessionConnsSet[key] = n
-		if !known {
-			forgetWhenCollected(pool, key)
-		}
-	}
-	if p := sessionPools[pool]; p != nil {
+// setSessionConns makes n the number of s's shared connections, for the
+// calls that start afterwards (SetSessionConns on a package Locker).
+func (s *lockerState) setSessionConns(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sessionConns = n
+	if p := s.shared; p != nil && n > 0 {
 		p.mu.Lock()
 		p.max = n
 		p.mu.Unlock()
 	}
 }
 
-// forgetWhenCollected deletes the setting under key once pool is
-// garbage-collected.
-func forgetWhenCollected(pool, key any) {
-	forget := func(key any) {
-		sessionPoolsMu.Lock()
-		defer sessionPoolsMu.Unlock()
-		delete(sessionConnsSet, key)
-	}
-	switch p := pool.(type) {
-	case *sql.DB:
-		runtime.AddCleanup(p, forget, key)
-	case *pgxpool.Pool:
-		runtime.AddCleanup(p, forget, key)
-	}
-}
-
-// sessionPoolFor is pool's sessionPool, registered for one more user (the
-// caller ends with p.done).
-func sessionPoolFor(pool any, max int, open func(context.Context) (sessionConn, error)) *sessionPool {
-	sessionPoolsMu.Lock()
-	defer sessionPoolsMu.Unlock()
-	p := sessionPools[pool]
-	if p == nil {
-		p = &sessionPool{key: pool, max: max, open: open, held: map[int64]*keyHold{}}
-		sessionPools[pool] = p
-	}
-	p.users++
-	return p
-}
-
-// sessionPool is the sessionPool of the session locks of s on pool,
-// registered for one more user (the caller ends with p.done), or nil when
-// each lock takes a connection of its own. A Locker's pool is its own; the
-// package Locker's (s.legacy) is pool's in the package registry, sized by
-// SetSessionConns.
-func (s *lockerState) sessionPool(pool any, open func(context.Context) (sessionConn, error)) *sessionPool {
-	if s.legacy {
-		if n := sessionConnsFor(pool); n > 0 {
-			return sessionPoolFor(pool, n, open)
-		}
-		return nil
-	}
-	if s.sessionConns == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.shared == nil {
-		s.shared = &sessionPool{owned: true, max: s.sessionConns, open: open, held: map[int64]*keyHold{}}
-	}
-	return s.shared
-}
-
-// done ends a user of p; the last one unregisters it from the package
-// registry. A Locker's own pool is not registered.
-func (p *sessionPool) done() {
-	if p.owned {
-		return
-	}
-	sessionPoolsMu.Lock()
-	defer sessionPoolsMu.Unlock()
-	p.users--
-	if p.users == 0 {
-		delete(sessionPools, p.key)
-	}
-}
-
 // sessionPool is the shared connections and the key table of one pool.
 type sessionPool struct {
-	key   any
-	owned bool // a Locker's: not in the package registry
-	open  func(context.Context) (sessionConn, error)
-	users int // calls using p; under sessionPoolsMu
-
 	mu    sync.Mutex
 	max   int
 	conns []*sharedConn
@@ -219,13 +115,13 @@ func (p *sessionPool) unregister(c *callState) {
 // place picks the shared connection for one more lock, opening one while
 // there are fewer than max (least-loaded otherwise), and waits until it
 // is open. The caller ends with sc.leave.
-func (p *sessionPool) place(ctx context.Context, c *callState) (*sharedConn, error) {
+func (p *sessionPool) place(ctx context.Context, c *callState, open func(context.Context) (sessionConn, error)) (*sharedConn, error) {
 	for {
 		p.mu.Lock()
 		var sc *sharedConn
 		opening := len(p.conns) < max(p.max, 1)
 		if opening {
-			sc = newSharedConn(p)
+			sc = newSharedConn(p, open)
 			sc.opener = c
 			p.conns = append(p.conns, sc)
 		} else {
@@ -260,6 +156,7 @@ func (p *sessionPool) place(ctx context.Context, c *callState) (*sharedConn, err
 // sharedConn is one shared connection of a session pool.
 type sharedConn struct {
 	p    *sessionPool
+	open func(context.Context) (sessionConn, error) // takes conn from the pool
 	conn sessionConn
 	// sem serializes the statements on the connection.
 	sem chan struct{}
@@ -289,14 +186,15 @@ type sharedConn struct {
 	stop chan struct{} // closed when the connection is given back
 }
 
-func newSharedConn(p *sessionPool) *sharedConn {
-	return &sharedConn{p: p, sem: make(chan struct{}, 1), ready: make(chan struct{}),
+func newSharedConn(p *sessionPool, open func(context.Context) (sessionConn, error)) *sharedConn {
+	return &sharedConn{p: p, open: open, sem: make(chan struct{}, 1), ready: make(chan struct{}),
 		locks: map[*muxLock]struct{}{}, stop: make(chan struct{})}
 }
 
 // muxLock is one call's lock set on a shared connection.
 type muxLock struct {
 	c      *callState
+	open   func(context.Context) (sessionConn, error) // the pool's connections
 	cancel context.CancelCauseFunc
 	lost   error // under p.mu: the connection's loss, which canceled the work
 }
@@ -317,7 +215,7 @@ func (sc *sharedConn) openConn(octx context.Context) {
 		sc.p.remove(sc)
 		sc.p.mu.Unlock()
 	}
-	conn, err := sc.p.open(octx)
+	conn, err := sc.open(octx)
 	if err != nil {
 		fail(func(ctx context.Context, c *callState) error { return c.failure(ctx, "begin", err) })
 		return

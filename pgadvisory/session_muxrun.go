@@ -13,13 +13,13 @@ var bgCtx = context.Background()
 // connections: take the locks (try on a shared connection, or wait on a
 // connection of their own), run onLocked and fn while the connection's
 // watcher checks them, release and verify.
-func runSessionMux(ctx context.Context, c *callState, p *sessionPool, fn func(context.Context) error) (err error) {
+func runSessionMux(ctx context.Context, c *callState, p *sessionPool, open func(context.Context) (sessionConn, error), fn func(context.Context) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
 	start := time.Now()
 	workCtx, cancel := context.WithCancelCause(ctx)
-	l := &muxLock{c: c, cancel: cancel}
+	l := &muxLock{c: c, open: open, cancel: cancel}
 	sc, err := p.acquire(ctx, l, start)
 	if err != nil {
 		cancel(nil)
@@ -88,7 +88,7 @@ func (p *sessionPool) acquire(ctx context.Context, l *muxLock, start time.Time) 
 func (p *sessionPool) try(ctx context.Context, l *muxLock) (*sharedConn, bool, error) {
 	c := l.c
 	for {
-		sc, err := p.place(ctx, c)
+		sc, err := p.place(ctx, c, l.open)
 		if err != nil {
 			return nil, false, err
 		}
@@ -191,7 +191,7 @@ func (sc *sharedConn) unlockHeld(ctx context.Context, c *callState) {
 // lockSession), and adopts the connection as a shared one once granted.
 func (p *sessionPool) wait(ctx context.Context, l *muxLock, start time.Time) (*sharedConn, error) {
 	c := l.c
-	conn, err := p.open(ctx)
+	conn, err := l.open(ctx)
 	if err != nil {
 		return nil, c.failure(ctx, "begin", err)
 	}
@@ -202,7 +202,7 @@ func (p *sessionPool) wait(ctx context.Context, l *muxLock, start time.Time) (*s
 	if err := c.lockSession(ctx, conn, s, start); err != nil {
 		return nil, err
 	}
-	sc := newSharedConn(p)
+	sc := newSharedConn(p, l.open)
 	sc.conn, sc.pid = conn, s.pid
 	if announced, known := conn.announcedPID(); known && announced != uint32(s.pid) {
 		sc.pooled = undeclaredPooler(s.pid, announced)

@@ -118,9 +118,9 @@ func (d Door) RunExclusive(ctx context.Context, lockID int64, fn func(Tx) error,
 // RunExclusiveLock is Locker.RunExclusive.
 func (d Door) RunExclusiveLock(ctx context.Context, l pgadvisory.Lock, fn func(Tx) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return d.pgxL.RunExclusive(ctx, l, pgxFn(fn), opts...)
+		return d.pgxL.RunExclusive(ctx, l, pgxFn(d.pgxL, fn), opts...)
 	}
-	return d.sqlL.RunExclusive(ctx, l, sqlFn(fn), opts...)
+	return d.sqlL.RunExclusive(ctx, l, sqlFn(d.sqlL, fn), opts...)
 }
 
 // RunOnce is Locker.RunOnce with lockID as the lock.
@@ -131,9 +131,9 @@ func (d Door) RunOnce(ctx context.Context, lockID int64, window string, fn func(
 // RunOnceLock is Locker.RunOnce.
 func (d Door) RunOnceLock(ctx context.Context, l pgadvisory.Lock, window string, fn func(Tx) error, opts ...pgadvisory.Option) error {
 	if d.Driver == Pgx {
-		return d.pgxL.RunOnce(ctx, l, window, pgxFn(fn), opts...)
+		return d.pgxL.RunOnce(ctx, l, window, pgxFn(d.pgxL, fn), opts...)
 	}
-	return d.sqlL.RunOnce(ctx, l, window, sqlFn(fn), opts...)
+	return d.sqlL.RunOnce(ctx, l, window, sqlFn(d.sqlL, fn), opts...)
 }
 
 // RunSession is Locker.RunSession with lockID as the lock.
@@ -205,9 +205,9 @@ func (d Door) RunFenced(ctx context.Context, token int64, fn func(Tx) error) err
 		w = *d.writes
 	}
 	if w.Driver == Pgx {
-		return w.pgxL.RunFenced(ctx, token, pgxFn(fn))
+		return w.pgxL.RunFenced(ctx, token, pgxFn(w.pgxL, fn))
 	}
-	return w.sqlL.RunFenced(ctx, token, sqlFn(fn))
+	return w.sqlL.RunFenced(ctx, token, sqlFn(w.sqlL, fn))
 }
 
 // RunFencedLock is l.RunFenced or l.RunFencedPgx (deprecated Lock
@@ -219,9 +219,9 @@ func (d Door) RunFencedLock(ctx context.Context, l pgadvisory.Lock, token int64,
 		w = *d.writes
 	}
 	if w.Driver == Pgx {
-		return l.RunFencedPgx(ctx, w.pool, token, pgxFn(fn))
+		return l.RunFencedPgx(ctx, w.pool, token, pgxFn(nil, fn))
 	}
-	return l.RunFenced(ctx, w.db, token, sqlFn(fn))
+	return l.RunFenced(ctx, w.db, token, sqlFn(nil, fn))
 }
 
 // InUse is the number of connections checked out of the door's pool.
@@ -255,18 +255,20 @@ func (d Door) Checkout(t testing.TB) (release func()) {
 	return release
 }
 
-func sqlFn(fn func(Tx) error) func(*sql.Tx) error {
+// sqlFn is fn for a call of l (nil: a package-level function).
+func sqlFn(l *pgadvisory.Locker[*sql.Tx], fn func(Tx) error) func(*sql.Tx) error {
 	if fn == nil {
 		return nil
 	}
-	return func(tx *sql.Tx) error { return fn(SQLTx(tx)) }
+	return func(tx *sql.Tx) error { return fn(sqlTx{tx: tx, l: l}) }
 }
 
-func pgxFn(fn func(Tx) error) func(pgx.Tx) error {
+// pgxFn is fn for a call of l (nil: a package-level function).
+func pgxFn(l *pgadvisory.Locker[pgx.Tx], fn func(Tx) error) func(pgx.Tx) error {
 	if fn == nil {
 		return nil
 	}
-	return func(tx pgx.Tx) error { return fn(PgxTx(tx)) }
+	return func(tx pgx.Tx) error { return fn(pgxTx{tx: tx, l: l}) }
 }
 
 // RequireIdle waits until d has no connection checked out, and fails t if

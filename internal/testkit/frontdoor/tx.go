@@ -19,7 +19,8 @@ type Tx interface {
 	QueryRow(ctx context.Context, query string, args ...any) Row
 	// QueryInt runs a query that returns one integer value.
 	QueryInt(ctx context.Context, query string, args ...any) (int64, error)
-	// FencingToken is pgadvisory.FencingToken or FencingTokenPgx.
+	// FencingToken is the Locker's FencingToken for a transaction of a
+	// Locker call, else pgadvisory.FencingToken or FencingTokenPgx.
 	FencingToken() (int64, bool)
 	// SetFencingToken is pgadvisory.SetFencingToken or SetFencingTokenPgx.
 	SetFencingToken(ctx context.Context, token int64) error
@@ -29,12 +30,17 @@ type Tx interface {
 type Row interface{ Scan(dest ...any) error }
 
 // SQLTx is tx as a Tx.
-func SQLTx(tx *sql.Tx) Tx { return sqlTx{tx} }
+func SQLTx(tx *sql.Tx) Tx { return sqlTx{tx: tx} }
 
 // PgxTx is tx as a Tx.
-func PgxTx(tx pgx.Tx) Tx { return pgxTx{tx} }
+func PgxTx(tx pgx.Tx) Tx { return pgxTx{tx: tx} }
 
-type sqlTx struct{ tx *sql.Tx }
+// sqlTx is a database/sql transaction; l, if not nil, is the Locker whose
+// call began it.
+type sqlTx struct {
+	tx *sql.Tx
+	l  *pgadvisory.Locker[*sql.Tx]
+}
 
 func (q sqlTx) Exec(ctx context.Context, query string, args ...any) error {
 	_, err := q.tx.ExecContext(ctx, query, args...)
@@ -58,13 +64,23 @@ func (q sqlTx) QueryInt(ctx context.Context, query string, args ...any) (n int64
 	return n, err
 }
 
-func (q sqlTx) FencingToken() (int64, bool) { return pgadvisory.FencingToken(q.tx) }
+func (q sqlTx) FencingToken() (int64, bool) {
+	if q.l != nil {
+		return q.l.FencingToken(q.tx)
+	}
+	return pgadvisory.FencingToken(q.tx)
+}
 
 func (q sqlTx) SetFencingToken(ctx context.Context, token int64) error {
 	return pgadvisory.SetFencingToken(ctx, q.tx, token)
 }
 
-type pgxTx struct{ tx pgx.Tx }
+// pgxTx is a pgx transaction; l, if not nil, is the Locker whose call
+// began it.
+type pgxTx struct {
+	tx pgx.Tx
+	l  *pgadvisory.Locker[pgx.Tx]
+}
 
 func (q pgxTx) Exec(ctx context.Context, query string, args ...any) error {
 	_, err := q.tx.Exec(ctx, query, args...)
@@ -85,7 +101,12 @@ func (q pgxTx) QueryInt(ctx context.Context, query string, args ...any) (n int64
 	return n, err
 }
 
-func (q pgxTx) FencingToken() (int64, bool) { return pgadvisory.FencingTokenPgx(q.tx) }
+func (q pgxTx) FencingToken() (int64, bool) {
+	if q.l != nil {
+		return q.l.FencingToken(q.tx)
+	}
+	return pgadvisory.FencingTokenPgx(q.tx)
+}
 
 func (q pgxTx) SetFencingToken(ctx context.Context, token int64) error {
 	return pgadvisory.SetFencingTokenPgx(ctx, q.tx, token)
