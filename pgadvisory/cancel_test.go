@@ -108,9 +108,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return w.Locks(t, false, key) == 0 && w.Locks(t, true, key) == 0
 		}, 30*time.Second, 10*time.Millisecond, "no waiter or holder left on the server")
-		require.True(t, w.LockFree(t, key))
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireReleased(t, door, key, "next-call")
 	})
 }
 
@@ -185,8 +183,7 @@ func TestCancelFnReturnsNilAfterCancel(t *testing.T) {
 		// database/sql rolls back a canceled transaction on a goroutine of
 		// its own, which may still be at work when the call returns.
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireReleased(t, door, key, "next-call")
 	})
 }
 
@@ -251,9 +248,7 @@ func TestCancelServerSide(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			sqlstate.Require(t, err, "57014", "the server canceled the statement")
 			require.True(t, w.LockFree(t, key), "the server stopped the statement and rolled back before the call returned")
-			require.False(t, w.Committed(t, "sleeping"))
-			frontdoor.RequireIdle(t, door)
-			w.RequireUsable(t, door, key, "next-call")
+			w.RequireRolledBack(t, door, key, "sleeping", "next-call")
 		})
 	})
 }

@@ -80,9 +80,7 @@ func TestFailBackendTerminatedWhileIdle(t *testing.T) {
 		})
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
-		require.False(t, w.Committed(t, "idle-kill"), "killed while idle: nothing committed")
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireRolledBack(t, door, key, "idle-kill", "next-call") // killed while idle: nothing committed
 	})
 }
 
@@ -118,9 +116,7 @@ func TestFailIdleInTransactionTimeout(t *testing.T) {
 				}
 				sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, op, "25P03")
 				require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
-				require.False(t, w.Committed(t, "idle"))
-				frontdoor.RequireIdle(t, door)
-				w.RequireUsable(t, door, key, "next-call")
+				w.RequireRolledBack(t, door, key, "idle", "next-call")
 			})
 		}
 	})
@@ -144,10 +140,8 @@ func TestFailConnectionCut(t *testing.T) {
 			return tx.Exec(ctx, "SELECT 1")
 		})
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "")
-		require.False(t, w.Committed(t, "before-cut"))
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireRolledBack(t, door, key, "before-cut", "next-call")
 	})
 }
 
@@ -182,8 +176,7 @@ func TestFailConnectionLostDuringCommit(t *testing.T) {
 		require.Eventually(t, func() bool { return w.Committed(t, "committed-unseen") }, 30*time.Second, 10*time.Millisecond,
 			"the server committed although the client never heard so")
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireReleased(t, door, key, "next-call")
 	})
 }
 
@@ -212,9 +205,7 @@ func TestFailHalfOpenConnection(t *testing.T) {
 		require.False(t, w.LockFree(t, key), "the server still holds the lock for the silent client")
 		px.Blackhole(false)
 		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		require.False(t, w.Committed(t, "half-open"))
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsable(t, door, key, "next-call")
+		w.RequireRolledBack(t, door, key, "half-open", "next-call")
 	})
 }
 

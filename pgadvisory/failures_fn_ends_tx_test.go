@@ -64,9 +64,7 @@ func TestFnEndsTransaction(t *testing.T) {
 					}
 					require.NotContains(t, err.Error(), "already been committed", "no bare driver message")
 					require.Equal(t, end.commit, w.Committed(t, "before-end"))
-					require.True(t, w.LockFree(t, key))
-					frontdoor.RequireIdle(t, door)
-					w.RequireUsable(t, door, key, "next-call")
+					w.RequireReleased(t, door, key, "next-call")
 				})
 			})
 		}

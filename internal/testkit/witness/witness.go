@@ -176,6 +176,14 @@ func (w *Witness) BlockedBy(t testing.TB, pid int64, pattern string) int64 {
 func (w *Witness) RequireRolledBack(t testing.TB, door frontdoor.Door, key int64, mark, next string) {
 	t.Helper()
 	require.False(t, w.Committed(t, mark), "nothing of the failed call committed")
+	w.RequireReleased(t, door, key, next)
+}
+
+// RequireReleased is the closing check of a failed call whose outcome the
+// test has checked: the lock is free, door has no connection checked out,
+// and door still works (RequireUsable with next).
+func (w *Witness) RequireReleased(t testing.TB, door frontdoor.Door, key int64, next string) {
+	t.Helper()
 	require.True(t, w.LockFree(t, key), "the lock was released")
 	frontdoor.RequireIdle(t, door)
 	w.RequireUsable(t, door, key, next)
