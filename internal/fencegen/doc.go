@@ -3,10 +3,13 @@
 //
 // The migration uses lockgen's trigger functions (package migrations,
 // 00006_fencing_statement_check.sql). It first checks that they exist
-// ("run pgadvisory.Migrate (or lockgen's migrations) first" otherwise) and
+// ("run pgadvisory.Migrate (or lockgen's migrations) first" otherwise),
 // that the table is a plain table (partitioned tables, partitions and
 // tables in an inheritance tree are refused: statement triggers do not reach
-// them whole). Then it adds the column fencing_token bigint, whose default
+// them whole), and that each parameter column exists and has a type of its
+// declared parameter type (int64: smallint, integer or bigint; uuid: uuid;
+// bool: boolean; string: text or varchar), whose text no session setting
+// changes (42804 otherwise, before anything changes). Then it adds the column fencing_token bigint, whose default
 // stamps inserted rows with the transaction's token, and:
 //
 //   - zz_pgadvisory_fence, BEFORE INSERT OR UPDATE FOR EACH ROW, firing
