@@ -100,8 +100,10 @@ func TestDeposeEveryHoldKind(t *testing.T) {
 		if !errors.Is(err, pgadvisory.ErrLockLost) {
 			t.Errorf("Lead with a lease returned %v, want ErrLockLost", err)
 		}
-		if took > ttl {
-			t.Errorf("the deposed lease leader returned %v after Depose, later than its ttl %v", took, ttl)
+		// The holder's own deadline ends fn within the ttl of its last
+		// renewal; a loaded machine adds its scheduling delays.
+		if took > 3*ttl {
+			t.Errorf("the deposed lease leader returned %v after Depose, later than three times its ttl %v", took, ttl)
 		}
 		// Another candidate leads at once: the lease is vacant, not merely
 		// unrenewed.

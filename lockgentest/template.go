@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -106,7 +107,7 @@ func ensureTemplateWithLock(ctx context.Context, s server, conn *pgx.Conn, name 
 		"ALTER DATABASE " + pgx.Identifier{build}.Sanitize() + " WITH ALLOW_CONNECTIONS false IS_TEMPLATE true",
 		"ALTER DATABASE " + pgx.Identifier{build}.Sanitize() + " RENAME TO " + pgx.Identifier{name}.Sanitize(),
 	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
+		if err := execInUseRetry(ctx, conn, q, inUseWait); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
 				// duplicate_database, or the catalog's unique index when
@@ -119,6 +120,29 @@ func ensureTemplateWithLock(ctx context.Context, s server, conn *pgx.Conn, name 
 	}
 	published = true
 	return nil
+}
+
+// inUseWait bounds how long execInUseRetry retries.
+const inUseWait = 10 * time.Second
+
+// execInUseRetry runs q, again while it fails with 55006
+// (object_in_use), for at most wait: the backends of the migration's
+// connections, closed already, exit a moment after their clients hang
+// up, and renaming a database waits for none of them.
+func execInUseRetry(ctx context.Context, conn *pgx.Conn, q string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		_, err := conn.Exec(ctx, q)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // migrate applies lockgen's migrations to database with pgadvisory.Migrate.

@@ -3,8 +3,10 @@ package lockgentest
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -161,5 +163,52 @@ func TestTemplateRaceLeavesNoBuild(t *testing.T) {
 	}
 	if ok, err := databaseExists(ctx, admin, name); err != nil || !ok {
 		t.Errorf("the template %s was not published: %v", name, err)
+	}
+}
+
+// TestRenameWaitsForLeavingSessions: renaming a database that a session
+// still uses fails with 55006; execInUseRetry retries until the session
+// has gone (here closed 200ms later), and gives up after its wait (the
+// control: the session stays).
+func TestRenameWaitsForLeavingSessions(t *testing.T) {
+	if os.Getenv(EnvDatabaseURL) == "" {
+		t.Setenv(EnvDatabaseURL, testdb.ServerURL())
+	}
+	s, err := resolveServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testdb.Context(t)
+	admin, err := s.connect(ctx)
+	if err != nil {
+		unavailable(t, err)
+	}
+	defer admin.Close(ctx)
+	name := "lockgentest_rename_" + randomHex(4)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{name, name + "_a", name + "_b"} {
+			_ = dropDatabase(context.Background(), admin, n)
+		}
+	})
+	rename := func(from, to string, wait time.Duration) error {
+		return execInUseRetry(ctx, admin, "ALTER DATABASE "+pgx.Identifier{from}.Sanitize()+" RENAME TO "+pgx.Identifier{to}.Sanitize(), wait)
+	}
+
+	user, err := pgx.ConnectConfig(ctx, s.config(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rename(name, name+"_a", 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "55006") {
+		t.Fatalf("renaming a database in use for 300ms: %v, want 55006", err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = user.Close(context.Background())
+	}()
+	if err := rename(name, name+"_b", inUseWait); err != nil {
+		t.Fatalf("renaming once the session left: %v", err)
 	}
 }
