@@ -64,8 +64,10 @@ func newLockerState() *lockerState {
 // a bad one is refused with an error of kind [ErrInvalidArgument] (Op
 // "options"). Nothing is sent to the server; a nil pool is refused.
 //
-// A Locker's settings are its own: the package-level SetSessionConns and
-// SetObserver (deprecated) do not change them.
+// A Locker's state is its own: its settings, shared session connections,
+// leases and the tokens of its fenced transactions. The package-level
+// SetSessionConns, SetObserver and SetObserverFor (deprecated) concern
+// only the package-level functions' Lockers and do not change it.
 func New[TTx any](d Driver[TTx], opts ...LockerOption) (*Locker[TTx], error) {
 	if d == nil {
 		return nil, &Error{Op: OpOptions, Kind: ErrInvalidArgument, Err: errors.New("New: nil Driver")}

@@ -163,7 +163,7 @@ type CallEnd struct {
 }
 
 // WithCallObserver makes o observe the call, in addition to the observer
-// set for its lock set or process ([SetObserverFor], [SetObserver]). It
+// its Locker sets for it ([WithLockerObserver], [WithLockSetObserver]). It
 // takes the place of [WithObserver] given before it (one call-level observer
 // per call; a later one wins, like every option), and a nil o removes it.
 func WithCallObserver(o Observer) Option {

@@ -196,8 +196,8 @@ func WithPgxTxOptions(opts pgx.TxOptions) Option {
 // contended, released and errors. observe runs synchronously on the calling
 // goroutine and must be quick. See [SlogObserver], and [WithCallObserver]
 // for observers that follow whole calls (spans). It takes the place of an
-// earlier WithObserver or WithCallObserver; observers set for the process
-// or the lock set ([SetObserver], [SetObserverFor]) run in addition.
+// earlier WithObserver or WithCallObserver; the Locker's observers
+// ([WithLockerObserver], [WithLockSetObserver]) run in addition.
 //
 // Deprecated: use [WithCallObserver], which takes any [Observer]:
 // [SlogObserver]'s, or a function as an [EventFunc].
