@@ -2,10 +2,11 @@ package main
 
 // The packages the mutants' tests live in.
 var (
-	pgadvisory = []string{"./pgadvisory"}
-	migrations = []string{"./migrations"}
-	testkit    = []string{"./lockgentest"}
-	doctorPkg  = []string{"./internal/doctor"}
+	pgadvisory  = []string{"./pgadvisory"}
+	migrations  = []string{"./migrations"}
+	testkit     = []string{"./lockgentest"}
+	doctorPkg   = []string{"./internal/doctor"}
+	fencegenPkg = []string{"./internal/fencegen"}
 )
 
 // Mutants is the list: each breaks one promise of the documentation's (fencing,
@@ -558,6 +559,22 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^TestLeasePausedHolderLosesAndIsFenced$",
 	},
 	// ---- security: no role gains anything through lockgen's schema (00008) ----
+	{
+		Name: "statement-check-bare-cast", Area: "security",
+		File:    "migrations/00008_security.sql",
+		Search:  "        v_id := v_lock::pg_catalog.int8;",
+		Replace: "        v_id := v_lock::bigint;",
+		Promise: "every cast in pgadvisory's functions names its type's schema, not only where the search_path is pinned",
+		Pkgs:    migrations, Run: "^TestSecurityCastsQualified$",
+	},
+	{
+		Name: "fence-migration-any-column-type", Area: "security",
+		File:    "internal/fencegen/emit.go",
+		Search:  `p("    IF v_type OPERATOR(pg_catalog.<>) ALL ('{%s}'::pg_catalog.oid[]) THEN", columnTypeOIDs[prm.Type])`,
+		Replace: `p("    IF false AND v_type OPERATOR(pg_catalog.<>) ALL ('{%s}'::pg_catalog.oid[]) THEN", columnTypeOIDs[prm.Type])`,
+		Promise: "a fence migration refuses, before it changes anything, a parameter column whose type is not its declared parameter type's (a date, timestamptz, float, numeric or domain)",
+		Pkgs:    fencegenPkg, Run: "^TestGeneratedMigrationParameterColumns$",
+	},
 	{
 		Name: "acquire-fires-caller-triggers", Area: "security",
 		File:    "migrations/00008_security.sql",
