@@ -188,9 +188,18 @@ func TestRenameWaitsForLeavingSessions(t *testing.T) {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // on a connection of its own: admin is closed by then
+		ctx := context.Background()
+		conn, err := s.connect(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(ctx)
 		for _, n := range []string{name, name + "_a", name + "_b"} {
-			_ = dropDatabase(context.Background(), admin, n)
+			if err := dropDatabase(ctx, conn, n); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	rename := func(from, to string, wait time.Duration) error {
