@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -15,9 +14,10 @@ import (
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
-// Tests of the session-lock front doors, RunSession (database/sql) and
-// RunSessionPgx (pgxpool). Every test body runs once per front door; the
-// "other" door is the opposite one, so exclusion is checked across drivers.
+// Tests of the session locks of both drivers' Lockers (RunSession). Every
+// test body runs once per driver; the "other" door is the opposite one, so
+// exclusion is checked across drivers, and transaction locks are taken
+// through the Lockers too.
 // Who holds what is read from pg_locks (witness.Holds), never inferred from
 // try-lock results alone: a session lock leaked on a pooled connection is
 // re-entrant for that connection, so only pg_locks shows it reliably.
@@ -43,12 +43,12 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 				txids = append(txids, txid)
 
 				// Everyone else is excluded between and after those transactions.
-				require.ErrorIs(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error {
-					t.Error("RunExclusive ran under a held session lock")
+				require.ErrorIs(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error {
+					t.Error("the other driver's RunExclusive ran under a held session lock")
 					return nil
 				}), pgadvisory.ErrLocked)
-				require.ErrorIs(t, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
-					t.Error("RunExclusivePgx ran under a held session lock")
+				require.ErrorIs(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
+					t.Error("RunExclusive ran under a held session lock")
 					return nil
 				}), pgadvisory.ErrLocked)
 				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
@@ -72,7 +72,7 @@ func TestSessionContention(t *testing.T) {
 		ctx := testdb.Context(t)
 		t.Run("transaction lock holds it", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error {
+			require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error {
 				holder := e.w.Holder(t, key)
 				err := door.RunSession(ctx, key, notCalled(t))
 				require.ErrorIs(t, err, pgadvisory.ErrLocked, "ErrLocked is returned as is")
@@ -126,10 +126,10 @@ func TestSessionShared(t *testing.T) {
 				}
 				return nil
 			}, pgadvisory.WithShared()))
-			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { readers++; return nil }, pgadvisory.WithShared()))
+			require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { readers++; return nil }, pgadvisory.WithShared()))
 			// Writers are excluded.
 			require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
-			require.ErrorIs(t, pgadvisory.RunExclusivePgx(ctx, e.pool, key, func(pgx.Tx) error {
+			require.ErrorIs(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
 				t.Error("exclusive transaction lock ran under a shared session lock")
 				return nil
 			}), pgadvisory.ErrLocked)
@@ -170,7 +170,7 @@ func TestSessionMultipleLocks(t *testing.T) {
 		t.Run("none after a partial grant", func(t *testing.T) {
 			// k3, the highest key, is held elsewhere: the set's statement takes
 			// k1 and k2 before it finds k3 taken.
-			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, k3, func(*sql.Tx) error {
+			require.NoError(t, other.RunExclusive(ctx, k3, func(frontdoor.Tx) error {
 				holder := e.w.Holder(t, k3)
 				for range 3 {
 					err := door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3))
@@ -191,7 +191,7 @@ func TestSessionMultipleLocks(t *testing.T) {
 			// The same statement shape by hand, without the runtime's cleanup,
 			// leaves k1 and k2 locked on an idle connection: what the test
 			// above checks does not happen.
-			require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, k3, func(*sql.Tx) error {
+			require.NoError(t, other.RunExclusive(ctx, k3, func(frontdoor.Tx) error {
 				conn, err := e.db.Conn(ctx)
 				require.NoError(t, err)
 				defer func() {
@@ -261,6 +261,6 @@ func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key
 	called := false
 	require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
 	require.True(t, called)
-	require.NoError(t, pgadvisory.RunExclusive(ctx, e.db, key, func(*sql.Tx) error { return nil }))
+	require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { return nil }))
 	require.Empty(t, e.w.Holds(t, key))
 }
