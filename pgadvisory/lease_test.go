@@ -142,7 +142,10 @@ func TestLeasePausedHolderLosesAndIsFenced(t *testing.T) {
 	b, err := pgadvisory.New(pgadvisory.Stdlib(testdb.DB(t)), pgadvisory.WithDefaultHolder("b"))
 	require.NoError(t, err)
 
-	const ttl = time.Second
+	// The holder stops a tenth of the TTL before its lease expires: at 4s,
+	// 400ms, which a busy machine's scheduling does not eat up before the
+	// test looks at the database's clock.
+	const ttl = 4 * time.Second
 	leading := make(chan int64)
 	resume := make(chan struct{})
 	var cause error
