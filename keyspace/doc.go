@@ -25,6 +25,23 @@
 // string as its UTF-8 bytes (only valid UTF-8 without NUL can be reproduced
 // in SQL). [Canonical] converts other spellings.
 //
+// # Slots of a limited lock
+//
+// A lock limited to n holders at once (pgadvisory's RunLimited and
+// RunSessionLimited) is held through one of n slot keys, numbered 0 to
+// n-1. Slot s of the lock whose ID is id has the key 0xFF, id as 8
+// big-endian bytes (two's complement), s as 4 big-endian bytes, and its ID
+// is the ID rule applied to that key:
+//
+//	slot key = 0xff || int64be(id) || int32be(s)
+//	SlotID(ID("reports.daily_email"), 0) == -933250112286515960
+//
+// 0xFF never starts valid UTF-8, so a slot key is never a name's key. The
+// slot keys do not depend on n. [SlotID] computes them in Go, and the SQL
+// function pgadvisory.slot_id(id, s) in the database, so a SQL job can take
+// a slot with pg_try_advisory_xact_lock(pgadvisory.slot_id(id, s)).
+// testdata/slots.json holds the published vectors.
+//
 // # Names
 //
 // Names are lowercase dotted segments, each [a-z][a-z0-9_]*, at most

@@ -56,3 +56,15 @@ func ExampleValidateName() {
 	// 8 uppercase letter: names are lowercase
 	// keyspace: invalid lock name "billing.Invoice": uppercase letter: names are lowercase (at byte 8)
 }
+
+func ExampleSlotID() {
+	// Slot 0 of the lock reports.daily_email limited to n holders; in SQL:
+	// SELECT pgadvisory.slot_id(pgadvisory.lock_id('reports.daily_email'), 0)
+	fmt.Println(keyspace.SlotID(keyspace.ID("reports.daily_email"), 0))
+	// Output: -933250112286515960
+}
+
+func ExampleSlotKey() {
+	fmt.Printf("%x\n", keyspace.SlotKey(1, 2))
+	// Output: ff000000000000000100000002
+}

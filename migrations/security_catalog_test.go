@@ -30,6 +30,11 @@ var securityDefiner = map[string]string{
 	"pgadvisory.lease_acquire(bigint,text,uuid,interval,text)": "lease",
 	"pgadvisory.lease_renew(bigint[],uuid,interval)":           "lease",
 	"pgadvisory.lease_release(bigint,uuid)":                    "lease",
+	// Limited locks: take a slot and read the lock's registered limit, or
+	// register a limit (changing it only while no slot of the old one is
+	// held). Callers need no privilege on pgadvisory.slot_limit.
+	"pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])": "semaphore",
+	"pgadvisory.slot_register(bigint,integer)":                          "semaphore",
 	// Reads pgadvisory.leader and pgadvisory.fence for any reader.
 	"pgadvisory.current_leader(bigint)": "read",
 	// The per-lock check: locks a fence row FOR SHARE (needs UPDATE on
@@ -68,6 +73,10 @@ var publicExecute = map[string]string{
 	"pgadvisory.lease_acquire(bigint,text,uuid,interval,text)": "every lease acquisition; takes only a vacant or expired lease",
 	"pgadvisory.lease_renew(bigint[],uuid,interval)":           "every renewal; renews only the leases of the owner secret",
 	"pgadvisory.lease_release(bigint,uuid)":                    "every resignation; vacates only the lease of the owner secret",
+	// Limited locks (RunLimited, RunSessionLimited, SQL jobs).
+	"pgadvisory.slot_id(bigint,integer)":                                "pure: the slot key rule",
+	"pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])": "every limited call; takes a free slot, writes nothing",
+	"pgadvisory.slot_register(bigint,integer)":                          "a limited lock's first call, or a change of its limit while no slot of the old one is held",
 }
 
 // TestSecurityCatalog: every function of pgadvisory pins its search_path;

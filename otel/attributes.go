@@ -22,7 +22,8 @@ const (
 	// LockSharedKey marks a call in shared mode (spans).
 	LockSharedKey = attribute.Key("lockgen.lock.shared")
 	// CallKey is the entry family: run_exclusive, run_session, run_once,
-	// run_fenced, lead or lock_tx (metrics and spans).
+	// run_fenced, lead, lock_tx, run_limited or run_session_limited
+	// (metrics and spans).
 	CallKey = attribute.Key("lockgen.call")
 	// OutcomeKey is the call's outcome: acquired, locked, timeout, lost or
 	// error (the histograms, lockgen.lock.attempts and spans).

@@ -32,7 +32,7 @@
 // Every metric carries lockgen.lock.name (when the call came through a
 // declared pgadvisory.Lock), lockgen.lock.id (the call's lock ID; the
 // lowest of a WithLocks set) and lockgen.call (run_exclusive, run_session,
-// run_once, run_fenced, lead, lock_tx). The histograms and the attempts counter also carry
+// run_once, run_fenced, lead, lock_tx, run_limited, run_session_limited). The histograms and the attempts counter also carry
 // lockgen.outcome, and the attempts counter error.type when the call failed.
 // A parameterized lock has one ID per parameter value, which can make many
 // time series: [WithMetricLockID](false) leaves the ID out of the metrics

@@ -69,6 +69,12 @@ type stdlibDriver struct{ db *sql.DB }
 func (s stdlibDriver) handle() (any, string, bool) { return s.db, "*sql.DB", s.db == nil }
 
 func (s stdlibDriver) runTx(ctx context.Context, c *callState, fn func(*sql.Tx) error) error {
+	if c.lim != nil {
+		return runLimited(ctx, c, func() (txDriver, func() error) {
+			d := &databaseSQLTx{db: s.db}
+			return d, func() error { return fn(d.tx) }
+		})
+	}
 	d := &databaseSQLTx{db: s.db}
 	return runTxObserved(ctx, c, d, func() error { return fn(d.tx) })
 }
@@ -103,6 +109,12 @@ type pgxDriver struct{ pool *pgxpool.Pool }
 func (p pgxDriver) handle() (any, string, bool) { return p.pool, "*pgxpool.Pool", p.pool == nil }
 
 func (p pgxDriver) runTx(ctx context.Context, c *callState, fn func(pgx.Tx) error) error {
+	if c.lim != nil {
+		return runLimited(ctx, c, func() (txDriver, func() error) {
+			d := &pgxTx{pool: p.pool}
+			return d, func() error { return fn(d.tx) }
+		})
+	}
 	d := &pgxTx{pool: p.pool}
 	return runTxObserved(ctx, c, d, func() error { return fn(d.tx) })
 }

@@ -31,7 +31,11 @@ func (d *databaseSQLTx) begin(ctx context.Context, txc *txContext, readOnly bool
 	if err != nil {
 		return res, err
 	}
-	if err := tx.QueryRowContext(ctx, st.sql, st.args...).Scan(&res.granted, &res.standby); err != nil {
+	dest := []any{&res.granted, &res.standby}
+	if st.extra != nil {
+		dest = append(dest, st.extra...)
+	}
+	if err := tx.QueryRowContext(ctx, st.sql, st.args...).Scan(dest...); err != nil {
 		_ = tx.Rollback()
 		return res, err
 	}

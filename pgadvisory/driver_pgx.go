@@ -48,6 +48,12 @@ func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockS
 			locked = err == nil
 			return err
 		})
+	} else if st.extra != nil {
+		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(append([]any{&res.granted, &res.standby}, st.extra...)...)
+			locked = err == nil
+			return err
+		})
 	} else {
 		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&res.granted, &res.standby)

@@ -78,7 +78,12 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     pgadvisory.lease_acquire takes a vacant or expired lease with a term
 //     that pgadvisory.leader_elect publishes as the lock's fencing token,
 //     pgadvisory.lease_renew renews all of one owner's leases in one
-//     statement, pgadvisory.lease_release vacates one at once.
+//     statement, pgadvisory.lease_release vacates one at once;
+//   - 00010_semaphore: limited locks ([Locker.RunLimited]):
+//     pgadvisory.slot_id, the SQL twin of keyspace.SlotID;
+//     pgadvisory.slot_acquire takes a free slot and reads the lock's limit
+//     registered in pgadvisory.slot_limit, which pgadvisory.slot_register
+//     writes; the view pgadvisory.slot_status counts held slots.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and checks in the catalogs that the objects of the applied

@@ -54,7 +54,7 @@ func (o schemaObject) regName() string {
 
 // catalogTypeNames maps the SQL names of the argument types used below to
 // their names in pg_type.
-var catalogTypeNames = map[string]string{"bigint": "int8", "boolean": "bool"}
+var catalogTypeNames = map[string]string{"bigint": "int8", "boolean": "bool", "integer": "int4"}
 
 // migrationObjects are, per version, the objects its Up SQL creates (a
 // CREATE OR REPLACE of an earlier version's function is that version's).
@@ -113,6 +113,13 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "function", name: "pgadvisory.lease_acquire(bigint,text,uuid,interval,text)"},
 		{kind: "function", name: "pgadvisory.lease_renew(bigint[],uuid,interval)"},
 		{kind: "function", name: "pgadvisory.lease_release(bigint,uuid)"},
+	},
+	10: {
+		{kind: "function", name: "pgadvisory.slot_id(bigint,integer)"},
+		{kind: "table", name: "pgadvisory.slot_limit"},
+		{kind: "function", name: "pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])"},
+		{kind: "function", name: "pgadvisory.slot_register(bigint,integer)"},
+		{kind: "view", name: "pgadvisory.slot_status"},
 	},
 }
 

@@ -46,17 +46,19 @@ type CallKind int
 // The entry families. Each covers its database/sql and pgx forms, the
 // [Lock] methods and the repository forms.
 const (
-	CallExclusive CallKind = iota + 1 // RunExclusive, RunExclusiveRepo
-	CallSession                       // RunSession
-	CallOnce                          // RunOnce
-	CallFenced                        // RunFenced: a fenced write, which takes no lock
-	CallLead                          // Lead, Campaign: a leadership
-	CallLockTx                        // LockTx: a lock in the caller's transaction
+	CallExclusive      CallKind = iota + 1 // RunExclusive, RunExclusiveRepo
+	CallSession                            // RunSession
+	CallOnce                               // RunOnce
+	CallFenced                             // RunFenced: a fenced write, which takes no lock
+	CallLead                               // Lead, Campaign: a leadership
+	CallLockTx                             // LockTx: a lock in the caller's transaction
+	CallLimited                            // RunLimited: a slot of a limited lock, in a transaction
+	CallSessionLimited                     // RunSessionLimited: a slot of a limited lock, on a session
 )
 
 // String returns the family's name as metrics and spans carry it:
-// "run_exclusive", "run_session", "run_once", "run_fenced", "lead" or
-// "lock_tx".
+// "run_exclusive", "run_session", "run_once", "run_fenced", "lead",
+// "lock_tx", "run_limited" or "run_session_limited".
 func (k CallKind) String() string {
 	switch k {
 	case CallExclusive:
@@ -71,6 +73,10 @@ func (k CallKind) String() string {
 		return "lead"
 	case CallLockTx:
 		return "lock_tx"
+	case CallLimited:
+		return "run_limited"
+	case CallSessionLimited:
+		return "run_session_limited"
 	}
 	return "unknown"
 }

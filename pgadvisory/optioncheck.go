@@ -9,14 +9,17 @@ import (
 type family uint8
 
 const (
-	famExclusive family = 1 << iota // RunExclusive, RunExclusiveRepo and their Pgx forms
-	famOnce                         // RunOnce, RunOncePgx
-	famSession                      // RunSession, RunSessionPgx
-	famLead                         // Lead, LeadPgx, Campaign, CampaignPgx
-	famLockTx                       // LockTx: a lock in the caller's transaction
+	famExclusive      family = 1 << iota // RunExclusive, RunExclusiveRepo and their Pgx forms
+	famOnce                              // RunOnce, RunOncePgx
+	famSession                           // RunSession, RunSessionPgx
+	famLead                              // Lead, LeadPgx, Campaign, CampaignPgx
+	famLockTx                            // LockTx: a lock in the caller's transaction
+	famLimited                           // RunLimited: one slot of a limited lock, in a transaction
+	famSessionLimited                    // RunSessionLimited: one slot of a limited lock, on a session
 
-	famTx       = famExclusive | famOnce // the transaction-scoped calls that run their own transaction
-	famSessions = famSession | famLead   // the session-lock calls
+	famTx       = famExclusive | famOnce | famLimited      // the transaction-scoped calls that run their own transaction
+	famSessions = famSession | famLead | famSessionLimited // the session-lock calls
+	famLimits   = famLimited | famSessionLimited           // the calls on a limited lock
 	famAll      = famTx | famSessions | famLockTx
 )
 
@@ -33,6 +36,10 @@ func (f family) String() string {
 		return "Lead"
 	case famLockTx:
 		return "LockTx"
+	case famLimited:
+		return "RunLimited"
+	case famSessionLimited:
+		return "RunSessionLimited"
 	}
 	return "this call"
 }
@@ -55,6 +62,7 @@ const (
 	optSessionPooler
 	optReadOnly
 	optLease
+	optLimit
 	optCount = iota
 )
 
@@ -70,17 +78,31 @@ type optionRule struct {
 var optionRules = [optCount]optionRule{
 	{"WithWait", famAll, ""},
 	{"WithShared", famExclusive | famSession | famLockTx, "two shared holders would both run fn for one window"},
-	{"WithLocks", famTx | famSession | famLockTx, ""},
+	{"WithLocks", famExclusive | famOnce | famSession | famLockTx, ""},
 	{"WithTxOptions", famTx, "a session lock runs no transaction of its own"},
 	{"WithPgxTxOptions", famTx, "a session lock runs no transaction of its own"},
 	{"WithObserver", famAll, ""},
 	{"WithCheckInterval", famSessions, "only a session lock is checked while fn runs"},
-	{"WithFencing", famTx, "the token is issued and published in the lock transaction"},
+	{"WithFencing", famExclusive | famOnce, "the token is issued and published in the lock transaction"},
 	{"WithHolder", famOnce | famLead, "it names the holder in the run-once ledger or the leader table"},
 	{"WithCheckTimeout", famSessions, "only a session lock is checked while fn runs"},
 	{"WithSessionPooler", famSessions, "a transaction lock works through a pooler in session or transaction mode"},
 	{"WithReadOnly", famTx, "a session lock runs no transaction of its own"},
 	{"WithLease", famLead, "only Lead takes a lease so far (WithLease with RunSession is not supported yet)"},
+	{"WithLimit", famLimits, "the lock is limited to n holders at once, which only RunLimited and RunSessionLimited count; " +
+		"taken by another verb it would be one more holder that no slot counts"},
+}
+
+// limitedWhy says why an option does not apply to RunLimited or
+// RunSessionLimited where the rule's own reason is about another family.
+var limitedWhy = map[optionSet]string{
+	optShared: "a slot is held exclusively, one holder each, so that n slots are n holders; " +
+		"to let more callers in at once, raise n",
+	optLocks: "a limited call holds one slot of one lock",
+	optFencing: "the n holders of a limited lock run at once by design, and a lock has one published token: " +
+		"each holder's token would make the others' writes stale",
+	optHolder: "a limited call names no holder",
+	optLease:  "a limited lock is held through its slots' advisory locks",
 }
 
 // leadWhy says why an option does not apply to Lead where the rule's own
@@ -144,6 +166,9 @@ func (c *callState) checkOptions(fam family) error {
 			}
 			if fam == famLockTx && lockTxWhy[k] != "" {
 				why = lockTxWhy[k]
+			}
+			if fam&famLimits != 0 && limitedWhy[k] != "" {
+				why = limitedWhy[k]
 			}
 			return fmt.Errorf("%s does not apply to %s: %s", c.optionName(k), fam, why)
 		}

@@ -77,6 +77,9 @@ type callState struct {
 	checkTimeout time.Duration
 	// lease: a leadership held as a lease (WithLease), with this ttl
 	lease time.Duration
+	// lim: a limited call's state, or a lock declared with WithLimit
+	// (limited.go); nil otherwise
+	lim *limitState
 
 	// session locks: runs on the lock's connection once the lock is
 	// granted, before fn (Lead publishes its term there); an error, already

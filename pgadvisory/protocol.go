@@ -56,6 +56,9 @@ type lockStatement struct {
 	sql    string
 	args   []any
 	fenced bool
+	// extra receives the columns after (granted, standby), when not nil
+	// (a limited call's slot and registered limit: see limited.go).
+	extra []any
 	// prelude, when not "", runs before sql in the same transaction and
 	// round trip (pipelined drivers only): see statementTimeoutPrelude.
 	prelude string
@@ -151,6 +154,12 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		if o := c.claimWindow(ctx, d, res); o.end != txCommitted {
 			c.rollbackNow(ctx, d)
 			return o
+		}
+	}
+	if c.lim != nil {
+		if err := c.lim.checkRegistered(); err != nil {
+			c.rollbackNow(ctx, d)
+			return txOutcome{end: txFailed, op: OpLock, err: err}
 		}
 	}
 	acquired := time.Now()

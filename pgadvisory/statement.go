@@ -127,6 +127,9 @@ func (c *callState) lockTimeoutArg() string {
 // the same round trip), a waiting call lifts statement_timeout for the lock
 // statement with a prelude: see statementTimeoutPrelude.
 func (c *callState) txLockStatement(pipelined bool) lockStatement {
+	if c.lim != nil {
+		return c.lim.statement(c)
+	}
 	lift := pipelined && c.wait
 	var st lockStatement
 	if c.fencing {

@@ -201,7 +201,7 @@ locks:
 	require.Equal(t, []string{
 		`1:10: unsupported version "3": this lockgen reads version "1"`,
 		`4:13: invalid lock name "a.B": uppercase letter: names are lowercase`,
-		`6:5: unknown key "typo" in a lock (known keys: name, doc, params, id, shared, wait, fencing, renamed_from, on_rename, on_id_change)`,
+		`6:5: unknown key "typo" in a lock (known keys: name, doc, params, id, shared, wait, fencing, limit, renamed_from, on_rename, on_id_change)`,
 		`8:11: wait must be a Go duration such as 5s or 1m30s, not "forever"`,
 	}, problems(t, err))
 }

@@ -32,6 +32,8 @@
 //	    wait: 5s                # pgadvisory.WithWait(5 * time.Second)
 //	  - name: ledger.post
 //	    fencing: true           # pgadvisory.WithFencing(); not with shared
+//	  - name: exports.run
+//	    limit: 5                # pgadvisory.WithLimit(5): RunLimited, RunSessionLimited only; not with shared or fencing
 //	  - name: legacy.cleanup
 //	    id: 72707               # pin: adopt a hard-coded legacy ID
 //	  - name: reports.weekly

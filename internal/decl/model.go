@@ -51,6 +51,9 @@ const (
 	NewID  OnRename = "new_id"  // accept a new ID
 )
 
+// MaxLimit is the largest limit: a lock may declare, pgadvisory.MaxLimit.
+const MaxLimit = 1024
+
 // Lock is one declared lock.
 type Lock struct {
 	Name   string
@@ -65,6 +68,7 @@ type Lock struct {
 	Wait        bool          // wait: given, taken with pgadvisory.WithWait(WaitTimeout)
 	WaitTimeout time.Duration // with Wait: wait:'s duration, 0 means until the context is done
 	Fencing     bool          // fencing: true, taken with pgadvisory.WithFencing()
+	Limit       int           // limit: N, at most N holders at once (pgadvisory.WithLimit); 0 without
 
 	RenamedFrom string   // renamed_from: the old name
 	OnRename    OnRename // on_rename

@@ -22,7 +22,7 @@ import (
 
 var (
 	fileKeys  = []string{"version", "package", "output", "locks", "retired"}
-	lockKeys  = []string{"name", "doc", "params", "id", "shared", "wait", "fencing", "renamed_from", "on_rename", "on_id_change"}
+	lockKeys  = []string{"name", "doc", "params", "id", "shared", "wait", "fencing", "limit", "renamed_from", "on_rename", "on_id_change"}
 	paramKeys = []string{"name", "type"}
 )
 
@@ -320,6 +320,22 @@ func (p *parser) lock(n *yaml.Node) *Lock {
 			l.Fencing = true
 			if l.Shared {
 				p.add(pos(v.key), "fencing: true needs an exclusive lock, but this lock is shared: shared holders run at once, and each one's fencing token would make the others' writes stale; remove shared: or fencing:")
+			}
+		}
+	}
+
+	if v, ok := fields["limit"]; ok {
+		if s, ok := p.scalar(v, "limit"); ok {
+			n, err := strconv.Atoi(s)
+			switch {
+			case err != nil || n < 1 || n > MaxLimit:
+				p.add(pos(v.value), "limit must be a whole number of holders from 1 to %d, not %q", MaxLimit, s)
+			case l.Shared:
+				p.add(pos(v.key), "limit: needs an exclusive lock, but this lock is shared: each slot of a limited lock has one holder, so that n slots are n holders; remove shared: or limit:")
+			case l.Fencing:
+				p.add(pos(v.key), "limit: does not combine with fencing: true: the holders of a limited lock run at once, and each one's fencing token would make the others' writes stale; remove fencing: or limit:")
+			default:
+				l.Limit = n
 			}
 		}
 	}

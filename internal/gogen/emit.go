@@ -144,6 +144,10 @@ func (e *emitter) comment(first string, l *decl.Lock) {
 	if l.Fencing {
 		sentences = append(sentences, "Each acquisition issues a fencing token (pgadvisory.WithFencing).")
 	}
+	if l.Limit != 0 {
+		sentences = append(sentences, fmt.Sprintf("At most %d holders run at once (pgadvisory.WithLimit): take it with "+
+			"Locker.RunLimited or Locker.RunSessionLimited, with n %d or 0 (its declared limit).", l.Limit, l.Limit))
+	}
 	lines := wrap(strings.Join(sentences, " "))
 	if l.Doc != "" {
 		lines = append(lines, "")
@@ -235,10 +239,13 @@ func with(l *decl.Lock) string {
 	if l.Wait {
 		// gofmt drops the blanks around * inside a call with several
 		// arguments: With(WithShared(), WithWait(5*time.Second)).
-		opts = append(opts, "pgadvisory.WithWait("+durationExpr(l.WaitTimeout, !l.Shared && !l.Fencing)+")")
+		opts = append(opts, "pgadvisory.WithWait("+durationExpr(l.WaitTimeout, !l.Shared && !l.Fencing && l.Limit == 0)+")")
 	}
 	if l.Fencing {
 		opts = append(opts, "pgadvisory.WithFencing()")
+	}
+	if l.Limit != 0 {
+		opts = append(opts, fmt.Sprintf("pgadvisory.WithLimit(%d)", l.Limit))
 	}
 	if len(opts) == 0 {
 		return ""
