@@ -18,8 +18,8 @@ import (
 // refusal fails the named test instead of hanging until go test's timeout
 // kills the whole package. TestWaitingTestsHaveADeadline holds that for the
 // calls that wait as long as their ctx lets them: a leadership, a campaign,
-// a watch of the leader, a session lock (fn gets the lock's ctx and often
-// waits on it), and any call with WithWait(0). Their ctx must not be one
+// a watch of the leader, a session lock or a limited one (fn gets the
+// lock's ctx and often waits on it), and any call with WithWait(0). Their ctx must not be one
 // without a deadline: context.Background(), context.TODO(), t.Context(), a
 // cancel or value context derived from those, or a local variable set to one
 // of them.
@@ -33,7 +33,7 @@ import (
 // waitingVerbs are the calls that wait as long as their ctx lets them.
 var waitingVerbs = map[string]bool{
 	"Lead": true, "LeadPgx": true, "Campaign": true, "CampaignPgx": true,
-	"WatchLeader": true, "RunSession": true, "RunSessionPgx": true,
+	"WatchLeader": true, "RunSession": true, "RunSessionPgx": true, "RunSessionLimited": true,
 }
 
 // undeadlined reports whether e is a context without a deadline: one of
