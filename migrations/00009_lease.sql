@@ -32,11 +32,18 @@
 --   * current_leader (redefined; Down restores 00007's) reports a lease's
 --     holder while the lease is held, unexpired and its term is the
 --     published token, with pid 0.
+--   * leader_resign ends a session-lock leadership: it sets pid 0 in the
+--     leader row of the caller's backend and term, then releases the
+--     session-level advisory lock, in one statement. Without it the row
+--     kept the backend's pid, and current_leader (and the status view)
+--     named the resigned leader again as soon as a plain session lock on
+--     the same key was taken on the same backend (a shared connection).
 --
--- All three are SECURITY DEFINER (callers need no privilege on
--- pgadvisory.lease, pgadvisory.fence, pgadvisory.leader or the sequence)
--- and executable by PUBLIC, like leader_elect: whoever may elect a leader
--- may take a lease. Their arguments are of built-in types, every function
+-- The lease functions and leader_resign are SECURITY DEFINER (callers need
+-- no privilege on pgadvisory.lease, pgadvisory.fence, pgadvisory.leader or
+-- the sequence) and executable by PUBLIC, like leader_elect: whoever may
+-- elect a leader may take a lease; leader_resign changes only the row of
+-- the caller's own backend. Their arguments are of built-in types, every function
 -- pins search_path = pg_catalog, pg_temp, lockgen's names are
 -- schema-qualified and comparisons are written OPERATOR(pg_catalog.=).
 -- Nobody but the schema's owner reads pgadvisory.lease (no privilege is
@@ -220,6 +227,37 @@ COMMENT ON FUNCTION pgadvisory.lease_release(bigint, uuid) IS
 
 REVOKE ALL ON TABLE pgadvisory.lease FROM PUBLIC;
 
+-- leader_resign: the leader row stops naming the caller's backend, then the
+-- lock is released. The UPDATE commits with the statement; a candidate
+-- granted the lock meanwhile waits for that row in leader_elect, so the
+-- new leader's row is written after this one.
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.leader_resign(p_lock_id bigint, p_term bigint)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_lock_id IS NULL OR p_term IS NULL THEN
+        RAISE EXCEPTION 'pgadvisory: leader_resign needs a lock ID and a term (got %, %)', p_lock_id, p_term
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pgadvisory.leader AS l SET pid = 0
+    WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id
+      AND l.term OPERATOR(pg_catalog.=) p_term
+      AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid();
+    RETURN pg_catalog.pg_advisory_unlock(p_lock_id)::pg_catalog.int4;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.leader_resign(bigint, bigint) IS
+'lockgen leader election: ends the session-lock leadership of p_lock_id with term p_term held by the '
+'calling backend: its leader row gets pid 0 (no backend has it, so current_leader and the status '
+'view no longer name it), then the session-level advisory lock is released; returns 1 if it was '
+'held, else 0. SECURITY DEFINER: changes only the row of the caller''s own backend.';
+
 -- current_leader reports a lease's holder too: while the lease is held, has
 -- not expired on the database's clock and its term is the published token.
 -- Its row has pid 0 (no backend holds a lease) and elected_at is the time
@@ -304,6 +342,7 @@ COMMENT ON FUNCTION pgadvisory.current_leader(bigint) IS
 'holds the advisory lock in exclusive mode, and its term is the published token; no row '
 'otherwise. SECURITY DEFINER: readers need no privilege on lockgen''s tables.';
 
+DROP FUNCTION pgadvisory.leader_resign(bigint, bigint);
 DROP FUNCTION pgadvisory.lease_release(bigint, uuid);
 DROP FUNCTION pgadvisory.lease_renew(bigint[], uuid, interval);
 DROP FUNCTION pgadvisory.lease_acquire(bigint, text, uuid, interval, text);

@@ -35,6 +35,9 @@ var securityDefiner = map[string]string{
 	// held). Callers need no privilege on pgadvisory.slot_limit.
 	"pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])": "semaphore",
 	"pgadvisory.slot_register(bigint,integer)":                          "semaphore",
+	// Clears the pid of the caller's own backend's leader row as it
+	// unlocks: callers need no privilege on pgadvisory.leader.
+	"pgadvisory.leader_resign(bigint,bigint)": "resign",
 	// Reads pgadvisory.leader and pgadvisory.fence for any reader.
 	"pgadvisory.current_leader(bigint)": "read",
 	// The per-lock check: locks a fence row FOR SHARE (needs UPDATE on
@@ -77,6 +80,8 @@ var publicExecute = map[string]string{
 	"pgadvisory.slot_id(bigint,integer)":                                "pure: the slot key rule",
 	"pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])": "every limited call; takes a free slot, writes nothing",
 	"pgadvisory.slot_register(bigint,integer)":                          "a limited lock's first call, or a change of its limit while no slot of the old one is held",
+	// A session-lock leader's resignation changes only its own backend's row.
+	"pgadvisory.leader_resign(bigint,bigint)": "every session-lock resignation; clears only the caller's own backend's leader row",
 }
 
 // TestSecurityCatalog: every function of pgadvisory pins its search_path;

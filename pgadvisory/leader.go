@@ -33,7 +33,7 @@ func (c *callState) leadership(fn func(context.Context, int64) error) func(conte
 		if err != nil {
 			return err
 		}
-		term = t
+		term, c.term = t, t
 		return nil
 	}
 	return func(ctx context.Context) error {

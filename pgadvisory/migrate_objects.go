@@ -113,6 +113,7 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "function", name: "pgadvisory.lease_acquire(bigint,text,uuid,interval,text)"},
 		{kind: "function", name: "pgadvisory.lease_renew(bigint[],uuid,interval)"},
 		{kind: "function", name: "pgadvisory.lease_release(bigint,uuid)"},
+		{kind: "function", name: "pgadvisory.leader_resign(bigint,bigint)"},
 	},
 	10: {
 		{kind: "function", name: "pgadvisory.slot_id(bigint,integer)"},

@@ -71,6 +71,9 @@ type callState struct {
 	runOnce       bool // a run-once call
 	lead          bool // a leadership (Lead, Campaign)
 	campaign      bool // Lead called by Campaign
+	// term: a session-lock leadership's term once elected; its release
+	// resigns it (see unlockSQL)
+	term int64
 
 	// session locks: the bound of one check and of the release
 	// (WithCheckTimeout)

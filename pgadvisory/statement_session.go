@@ -16,6 +16,12 @@ import (
 //	SELECT pg_advisory_unlock($1)::int
 //	SELECT count(*) FROM unnest($1::text::bigint[]) AS lock(id) WHERE pg_advisory_unlock(lock.id)
 func (c *callState) unlockSQL() (string, []any) {
+	if c.lead && c.term != 0 {
+		// An elected leader resigns as it unlocks: its leader row stops
+		// naming this backend, which may carry other session locks on the
+		// same key later (migrations/00009_lease.sql).
+		return resignSQL, []any{c.ids[0], c.term}
+	}
 	fn := "pg_advisory_unlock"
 	if c.shared {
 		fn += "_shared"
@@ -25,6 +31,11 @@ func (c *callState) unlockSQL() (string, []any) {
 	}
 	return "SELECT count(*)::int FROM unnest($1::text::bigint[]) AS lock(id) WHERE " + fn + "(lock.id)", []any{c.idsArg()}
 }
+
+// resignSQL releases a leader's lock and clears its leader row's pid, in
+// one statement; it returns 1 if the lock was held, as unlockSQL's
+// statements do.
+const resignSQL = `SELECT pgadvisory.leader_resign($1::bigint, $2::bigint)`
 
 // heldLocks selects the advisory keys (int8 form) that this backend holds,
 // granted, in the current database.

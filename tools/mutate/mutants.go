@@ -313,6 +313,22 @@ var Mutants = []Mutant{
 		Pkgs:    migrations, Run: "^TestCurrentLeaderSQL$",
 	},
 	{
+		Name: "leader-resign-keeps-pid", Area: "election",
+		File:    "migrations/00009_lease.sql",
+		Search:  "    UPDATE pgadvisory.leader AS l SET pid = 0\n",
+		Replace: "    UPDATE pgadvisory.leader AS l SET pid = l.pid\n",
+		Promise: "a resigned leader's row no longer names its backend, which may carry a plain session lock on the key",
+		Pkgs:    pgadvisory, Run: "^TestCurrentLeaderNotAPlainSessionOnTheLeadersBackend$",
+	},
+	{
+		Name: "session-release-no-resign", Area: "election",
+		File:    "pgadvisory/statement_session.go",
+		Search:  "if c.lead && c.term != 0 {",
+		Replace: "if false && c.lead && c.term != 0 {",
+		Promise: "a session-lock leader resigns as it unlocks",
+		Pkgs:    pgadvisory, Run: "^TestCurrentLeaderNotAPlainSessionOnTheLeadersBackend$",
+	},
+	{
 		Name: "current-leader-any-term", Area: "election",
 		File:    "migrations/00009_lease.sql",
 		Search:  "JOIN pgadvisory.fence AS f ON f.lock_id OPERATOR(pg_catalog.=) l.lock_id AND f.token OPERATOR(pg_catalog.=) l.term\n",
