@@ -76,6 +76,21 @@ type PgadvisoryRunOnce struct {
 	FinishedAt pgtype.Timestamptz
 }
 
+// lockgen limited locks: the limit n (holders at once) registered for each limited lock. Written only by pgadvisory.slot_register; readable by any role.
+type PgadvisorySlotLimit struct {
+	LockID       int64
+	N            int32
+	RegisteredAt pgtype.Timestamptz
+}
+
+// lockgen limited locks: one row per limited lock with its registered limit n, held = its slots held now (at transaction or session level) and waiting = backends waiting in the server's queue for one of them (SQL jobs that block on a slot key; lockgen's waiting calls hold no connection and are not counted).
+type PgadvisorySlotStatus struct {
+	LockID  int64
+	N       int32
+	Held    int32
+	Waiting int32
+}
+
 // lockgen: advisory locks (bigint keys) held or awaited in this database, one row per backend, key and mode, named from pgadvisory.registry (name NULL: an unregistered key; see lock_id). waiting = NOT granted; blocked_by = pg_blocking_pids(pid), the backends this one waits for on any lock. leader_holder, leader_term and leader_since are set on the row of a backend that leads its lock now (pgadvisory.current_leader), NULL otherwise. pg_locks cannot tell session-level from transaction-level holds (one row for both, whatever the hold count). pg_locks and pg_stat_activity are not read atomically: a backend that just ended may show NULL activity columns.
 type PgadvisoryStatus struct {
 	LockID          int64
