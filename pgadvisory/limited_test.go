@@ -332,3 +332,55 @@ func TestRunLimitedObserved(t *testing.T) {
 	require.Equal(t, pgadvisory.CallSessionLimited, log.calls[len(log.calls)-1].call.Kind)
 	require.Equal(t, []pgadvisory.EventKind{pgadvisory.EventAcquired, pgadvisory.EventReleased}, kinds())
 }
+
+// TestRunLimitedThroughPgBouncer: RunLimited through PgBouncer in
+// transaction mode (prepared and simple protocol; the pooler has two server
+// connections), both drivers: the limit's registration, a holder through
+// the pooler in one slot and a SQL job on a direct connection in the other
+// (both granted in pg_locks), the next call refused with ErrLocked, a
+// mismatched n refused, and the slots free once they end.
+func TestRunLimitedThroughPgBouncer(t *testing.T) {
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	for _, mode := range []string{"exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newPgBouncerPools(t, mode)
+			sl, err := pgadvisory.New(pgadvisory.Stdlib(e.db))
+			require.NoError(t, err)
+			pl, err := pgadvisory.New(pgadvisory.Pgx(e.pool))
+			require.NoError(t, err)
+			ctx := testdb.Context(t)
+			lock := pgadvisory.Lock{Name: "test.limited_pgbouncer", ID: testdb.Key(t)}
+			require.NoError(t, pl.RunLimited(ctx, lock, 2, func(pgx.Tx) error { return nil })) // registers n = 2
+			release := make(chan struct{})
+			entered := make(chan int, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- sl.RunLimited(ctx, lock, 2, func(tx *sql.Tx) error {
+					s, _ := sl.Slot(tx)
+					entered <- s
+					<-release
+					return nil
+				})
+			}()
+			held := <-entered
+			job, err := admin.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = job.Rollback() }()
+			var got bool
+			require.NoError(t, job.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock(pgadvisory.slot_id($1, $2))`, lock.ID, 1-held).Scan(&got))
+			require.True(t, got)
+			require.Equal(t, 2, w.Locks(t, true, slotKeys(lock.ID, 2)...))
+
+			require.ErrorIs(t, pl.RunLimited(ctx, lock, 2, func(pgx.Tx) error { return nil }), pgadvisory.ErrLocked)
+			err = pl.RunLimited(ctx, lock, 3, func(pgx.Tx) error { return nil })
+			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
+			require.ErrorContains(t, err, "limited to 2")
+			close(release)
+			require.NoError(t, <-done)
+			require.NoError(t, job.Rollback())
+			require.Zero(t, w.Locks(t, true, slotKeys(lock.ID, 2)...))
+			require.NoError(t, sl.RunLimited(ctx, lock, 2, func(*sql.Tx) error { return nil }))
+		})
+	}
+}

@@ -78,7 +78,7 @@ func TestExitStatusRule(t *testing.T) {
 		}},
 		{"migrate sql", []run{
 			{exitOK, []string{"migrate", "sql", "-goose"}},
-			{exitUsage, []string{"migrate", "sql", "-from", "9"}},
+			{exitUsage, []string{"migrate", "sql", "-from", "99"}},
 		}},
 		{"register", []run{
 			{exitOK, []string{"register", "-f", file, "-db", url}},

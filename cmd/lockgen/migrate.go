@@ -236,6 +236,7 @@ var stateMeaning = map[string]string{
 	"pgadvisory.leader":               "leaders' terms, which pgadvisory.CurrentLeader reads",
 	"pgadvisory.fenced_table":         "the fenced tables, which the fence triggers check; lockgen fence's migrations list them again",
 	"pgadvisory.lease":                "leases: their holders would lose them (a new holder's term still supersedes theirs)",
+	"pgadvisory.slot_limit":           "limited locks' registered limits: the next caller of each registers its n again",
 }
 
 // refuseDroppingState checks, before down, whether the migrations it would

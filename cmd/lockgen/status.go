@@ -23,9 +23,16 @@ query directly.
 -json prints an array of objects with the fields lock_id (a decimal
 string), int4_keys, name, params, mode, state, granted, pid, application_name,
 client_addr, xact_start, xact_age_seconds, backend_state, wait_event,
-blocked_by and leader ({"holder", "term", "since"} on the row of a backend
-that leads its lock with pgadvisory.Lead, else null); unknown values are
-null. A leadership also shows in the table's last column, LEADER.
+blocked_by, leader ({"holder", "term", "since"} on the row of a backend
+that leads its lock with pgadvisory.Lead, else null) and limit; unknown
+values are null. A leadership also shows in the table's last column, LEADER.
+
+A limited lock (pgadvisory RunLimited, RunSessionLimited) shows as one line
+with mode limited and state "K/N held, W waiting": K of its N slots held,
+W backends waiting in the server's queue for a slot (SQL jobs; lockgen's
+waiting calls hold no connection and are not counted); in JSON its limit is
+{"n", "held", "waiting"} (null on other rows). Its slots' keys do not show
+as rows of their own.
 
 Advisory locks taken with two int4 keys (pg_advisory_lock(int, int), a key
 space lockgen does not use) are listed after the others as int4(KEY1,KEY2);

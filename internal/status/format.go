@@ -41,8 +41,12 @@ func WriteTable(w io.Writer, locks []Lock) error {
 		if !l.XactStart.IsZero() {
 			age = FormatAge(l.XactAge)
 		}
+		state := stateText(l.Granted)
+		if l.Limited != nil {
+			state = limitedText(l.Limited)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
-			cell(l.Label()), cell(paramsText(l.Params)), cell(l.Mode), stateText(l.Granted),
+			cell(l.Label()), cell(paramsText(l.Params)), cell(l.Mode), state,
 			cell(pidText(l.PID)), cell(l.AppName), cell(l.ClientAddr), age, cell(l.State), cell(pidsText(l.BlockedBy)))
 		if leaders {
 			fmt.Fprintf(tw, "\t%s", cell(leaderText(l.Leader)))
@@ -141,6 +145,14 @@ type JSONLock struct {
 	WaitEvent       *string           `json:"wait_event"`
 	BlockedBy       []int             `json:"blocked_by"` // never null
 	Leader          *JSONLeader       `json:"leader"`     // null unless this row's backend leads the lock
+	Limit           *JSONLimit        `json:"limit"`      // null unless the line is a limited lock's (mode "limited")
+}
+
+// JSONLimit is the JSON form of a [Limited].
+type JSONLimit struct {
+	N       int `json:"n"`
+	Held    int `json:"held"`
+	Waiting int `json:"waiting"`
 }
 
 // JSONLeader is the JSON form of a [Leadership].
@@ -187,6 +199,9 @@ func ToJSON(l Lock) JSONLock {
 	if l.PID != 0 {
 		pid := l.PID
 		j.PID = &pid
+	}
+	if l.Limited != nil {
+		j.Limit = &JSONLimit{N: l.Limited.N, Held: l.Limited.Held, Waiting: l.Limited.Waiting}
 	}
 	if l.Leader != nil {
 		j.Leader = &JSONLeader{Holder: l.Leader.Holder, Term: l.Leader.Term, Since: l.Leader.Since.UTC()}

@@ -57,6 +57,10 @@ type Lock struct {
 	// pgadvisory.Lead leadership, confirmed by pgadvisory.current_leader);
 	// nil otherwise, and on databases migrated before lockgen's 00007.
 	Leader *Leadership
+
+	// Limited is set on the one line of a limited lock (Mode "limited"),
+	// which stands for the rows of its slots' keys; nil otherwise.
+	Limited *Limited
 }
 
 // Leadership is who leads a lock, as the status view reports it.
@@ -185,6 +189,12 @@ func Read(ctx context.Context, db *sql.DB, prefix string) (Snapshot, error) {
 	if pgadvisory.SQLState(err) == "42501" { // insufficient_privilege
 		unnamed = viewGrant(ctx, db)
 		err = fmt.Errorf("%w: %w", errNoView, err)
+	}
+	if err == nil {
+		named, err = foldLimited(ctx, db, named, prefix)
+		if err != nil {
+			return Snapshot{}, err
+		}
 	}
 	switch {
 	case err == nil:
