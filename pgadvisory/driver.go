@@ -22,6 +22,9 @@ type Driver[TTx any] interface {
 	runTx(ctx context.Context, c *callState, fn func(TTx) error) error
 	// sessions opens the dedicated connections of session locks.
 	sessions() func(context.Context) (sessionConn, error)
+	// poolRoom reports whether the pool can hand out a connection now
+	// (one idle, or fewer open than its limit), without waiting.
+	poolRoom() bool
 	// nilTx reports a nil transaction.
 	nilTx(tx TTx) bool
 	// setFencingToken makes tx carry token.
@@ -83,6 +86,11 @@ func (s stdlibDriver) sessions() func(context.Context) (sessionConn, error) {
 	return databaseSQLSessions(s.db)
 }
 
+func (s stdlibDriver) poolRoom() bool {
+	st := s.db.Stats()
+	return st.MaxOpenConnections <= 0 || st.Idle > 0 || st.OpenConnections < st.MaxOpenConnections
+}
+
 func (stdlibDriver) nilTx(tx *sql.Tx) bool { return tx == nil }
 
 func (stdlibDriver) setFencingToken(ctx context.Context, tx *sql.Tx, token int64) error {
@@ -121,6 +129,11 @@ func (p pgxDriver) runTx(ctx context.Context, c *callState, fn func(pgx.Tx) erro
 
 func (p pgxDriver) sessions() func(context.Context) (sessionConn, error) {
 	return pgxSessions(p.pool)
+}
+
+func (p pgxDriver) poolRoom() bool {
+	st := p.pool.Stat()
+	return st.IdleConns() > 0 || st.TotalConns() < st.MaxConns()
 }
 
 func (pgxDriver) nilTx(tx pgx.Tx) bool { return tx == nil }

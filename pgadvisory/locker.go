@@ -225,6 +225,7 @@ func (l *Locker[TTx]) RunSession(ctx context.Context, lock Lock, fn func(context
 	if err != nil {
 		return err
 	}
+	c.poolRoom = l.d.poolRoom
 	return runSession(ctx, c, l.s, l.d.sessions(), fn)
 }
 
@@ -270,6 +271,7 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 	if c.given&optLease != 0 {
 		return leadLease(ctx, c, l.s, pool, fn)
 	}
+	c.poolRoom = l.d.poolRoom
 	return runSession(ctx, c, l.s, l.d.sessions(), c.leadership(fn))
 }
 

@@ -71,6 +71,9 @@ type callState struct {
 	runOnce       bool // a run-once call
 	lead          bool // a leadership (Lead, Campaign)
 	campaign      bool // Lead called by Campaign
+	// poolRoom: whether the driver's pool can hand out a connection now
+	// (see sessionPool.place); nil: not asked
+	poolRoom func() bool
 	// term: a session-lock leadership's term once elected; its release
 	// resigns it (see unlockSQL)
 	term int64

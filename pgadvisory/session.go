@@ -59,7 +59,7 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 	start := time.Now()
 	conn, err := acquire(ctx)
 	if err != nil {
-		return c.failure(ctx, "begin", err)
+		return c.failure(ctx, "begin", poolWaitError(ctx, err))
 	}
 	s, err := c.openSession(ctx, conn)
 	if err != nil {

@@ -120,11 +120,21 @@ func (p *sessionPool) place(ctx context.Context, c *callState, open func(context
 		p.mu.Lock()
 		var sc *sharedConn
 		opening := len(p.conns) < max(p.max, 1)
+		if opening && c.poolRoom != nil && !c.poolRoom() {
+			// The pool has no connection to give now: a shared connection
+			// already open takes one more lock rather than wait for one.
+			for _, o := range p.conns {
+				if o.conn != nil && !o.dead && (sc == nil || o.users < sc.users) {
+					sc = o
+				}
+			}
+			opening = sc == nil
+		}
 		if opening {
 			sc = newSharedConn(p, open)
 			sc.opener = c
 			p.conns = append(p.conns, sc)
-		} else {
+		} else if sc == nil {
 			for _, o := range p.conns {
 				if sc == nil || o.users < sc.users {
 					sc = o
@@ -151,6 +161,16 @@ func (p *sessionPool) place(ctx context.Context, c *callState, open func(context
 		}
 		// Another call's open failed: try again with one of our own.
 	}
+}
+
+// poolWaitError is err, from taking a connection from the pool, saying so
+// when ctx ended meanwhile: the call waited for a pool connection (every
+// one in use up to the pool's limit, or one being opened).
+func poolWaitError(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("waiting for a connection from the pool: %w", err)
 }
 
 // sharedConn is one shared connection of a session pool.
@@ -217,6 +237,7 @@ func (sc *sharedConn) openConn(octx context.Context) {
 	}
 	conn, err := sc.open(octx)
 	if err != nil {
+		err = poolWaitError(octx, err)
 		fail(func(ctx context.Context, c *callState) error { return c.failure(ctx, "begin", err) })
 		return
 	}

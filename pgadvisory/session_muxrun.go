@@ -193,7 +193,7 @@ func (p *sessionPool) wait(ctx context.Context, l *muxLock, start time.Time) (*s
 	c := l.c
 	conn, err := l.open(ctx)
 	if err != nil {
-		return nil, c.failure(ctx, "begin", err)
+		return nil, c.failure(ctx, "begin", poolWaitError(ctx, err))
 	}
 	s, err := c.openSession(ctx, conn)
 	if err != nil {

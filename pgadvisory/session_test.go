@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -263,4 +264,59 @@ func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key
 	require.True(t, called)
 	require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { return nil }))
 	require.Empty(t, e.w.Holds(t, key))
+}
+
+// TestSessionFullPoolUsesASharedConnection: a pool of 2 connections, one
+// holding a session lock on a shared connection and one waiting for the
+// same key on a connection of its own. A non-waiting RunSession on a free
+// key must run on the open shared connection instead of waiting for a pool
+// connection (it hung until its ctx ended). The control: a Locker whose
+// session locks each take a connection of their own (WithSessionConns(0))
+// has to wait for the full pool, and its ctx error says that it waited for
+// a pool connection.
+func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
+	ctx := testdb.Context(t)
+	admin := testdb.DB(t)
+	holdKey, freeKey := testdb.Key(t), testdb.Key(t)
+	db := testdb.DB(t)
+	db.SetMaxOpenConns(2)
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	require.NoError(t, err)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	holder := make(chan error, 1)
+	go func() {
+		holder <- l.RunSession(ctx, pgadvisory.ID(holdKey), func(context.Context) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	frontdoor.Await(t, held, "the holder's lock")
+	waiter := make(chan error, 1)
+	go func() {
+		waiter <- l.RunSession(ctx, pgadvisory.ID(holdKey), func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+	}()
+	require.Eventually(t, func() bool { return witness.Of(admin).Locks(t, false, holdKey) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the waiter waits in the server's queue on a connection of its own")
+	require.Equal(t, 2, db.Stats().InUse, "the reproduction: the pool is full")
+
+	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ran := false
+	err = l.RunSession(callCtx, pgadvisory.ID(freeKey), func(context.Context) error { ran = true; return nil })
+	require.NoError(t, err, "a non-waiting session lock on a free key runs on the open shared connection")
+	require.True(t, ran)
+
+	own, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithSessionConns(0))
+	require.NoError(t, err)
+	ownCtx, cancelOwn := context.WithTimeout(ctx, time.Second)
+	defer cancelOwn()
+	err = own.RunSession(ownCtx, pgadvisory.ID(freeKey), func(context.Context) error { return nil })
+	require.ErrorIs(t, err, context.DeadlineExceeded, "control: a connection of its own waits for the full pool")
+	require.ErrorContains(t, err, "waiting for a connection from the pool")
+
+	close(release)
+	require.NoError(t, frontdoor.Await(t, holder, "the holder's return"))
+	require.NoError(t, frontdoor.Await(t, waiter, "the waiter's return"))
 }

@@ -313,6 +313,22 @@ var Mutants = []Mutant{
 		Pkgs:    migrations, Run: "^TestCurrentLeaderSQL$",
 	},
 	{
+		Name: "session-full-pool-waits", Area: "session",
+		File:    "pgadvisory/session_mux.go",
+		Search:  "if opening && c.poolRoom != nil && !c.poolRoom() {",
+		Replace: "if opening && c.poolRoom != nil && false {",
+		Promise: "a session lock uses an open shared connection rather than wait for a full pool",
+		Pkgs:    pgadvisory, Run: "^TestSessionFullPoolUsesASharedConnection$",
+	},
+	{
+		Name: "session-pool-wait-unsaid", Area: "session",
+		File:    "pgadvisory/session.go",
+		Search:  "return c.failure(ctx, \"begin\", poolWaitError(ctx, err))",
+		Replace: "return c.failure(ctx, \"begin\", err)",
+		Promise: "a ctx error while waiting for a pool connection says so",
+		Pkgs:    pgadvisory, Run: "^TestSessionFullPoolUsesASharedConnection$",
+	},
+	{
 		Name: "leader-resign-keeps-pid", Area: "election",
 		File:    "migrations/00009_lease.sql",
 		Search:  "    UPDATE pgadvisory.leader AS l SET pid = 0\n",
