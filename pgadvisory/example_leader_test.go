@@ -233,16 +233,17 @@ func ExampleLock_Campaign() {
 }
 
 func ExampleLock_CampaignPgx() {
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
 	pool := examplePool()
 	defer pool.Close()
-	exampleMigrate(ctx, stdlib.OpenDBFromPool(pool))
+	exampleMigrate(context.Background(), stdlib.OpenDBFromPool(pool))
 	scheduler := pgadvisory.Lock{Name: "jobs.scheduler", ID: exampleLockID("lock_campaign_pgx")}
 
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	leaderships := 0
 	err := scheduler.CampaignPgx(ctx, pool, func(ctx context.Context, term int64) error {
 		leaderships++
+		cancel()     // the replica shuts down
 		<-ctx.Done() // leads until the campaign's ctx ends
 		return nil
 	}, pgadvisory.WithHolder("scheduler-b"))
