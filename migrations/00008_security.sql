@@ -36,7 +36,7 @@
 --     trigger's arguments, whoever owns the table: a trigger some other
 --     role attaches to a table of its own does nothing with the owner's
 --     rights. The tables that already carry lockgen's fence triggers are
---     listed by this migration (review them: SELECT relid::regclass, * FROM
+--     listed by this migration (review them: SELECT * FROM
 --     pgadvisory.fenced_table); a fence migration lockgen fence wrote
 --     before fence_register existed, applied later to a new database, needs
 --     SELECT pgadvisory.fence_register(...) after it (docs/fencing.md).
@@ -72,8 +72,11 @@
 -- register_instance and fence_handover (their search_path pinned, their
 -- operators qualified; current_leader's search_path was pinned by 00007)
 -- and the view status (its operators qualified),
--- and adds fenced_table,
--- fence_table_verify, fence_register, fence_unregister and fence_advance
+-- and adds fenced_table (with the trigger fenced_table_sync, which keeps a
+-- copy of each plain lock's listing in its fence row: pgadvisory.fence gains
+-- fenced_strict and fenced_permissive, and token and published_at may be
+-- NULL, in the row of a lock whose table is listed but that never
+-- published), fence_table_verify, fence_register, fence_unregister and fence_advance
 -- (after restoring a copy of the database: moves the token sequence past
 -- every token the copy could have handed out).
 --
@@ -87,8 +90,13 @@
 -- Written for PostgreSQL 13 and later.
 
 -- +goose Up
+-- relid and the fence rows' copies are regclass, not oid: a logical dump
+-- (pg_dump) writes them as the tables' qualified names, which the restore
+-- reads back as the tables' new OIDs; an oid would point at nothing, or at
+-- another table that took the old OID. The check casts them to oid, a
+-- binary cast that costs nothing.
 CREATE TABLE pgadvisory.fenced_table (
-    relid         oid PRIMARY KEY,
+    relid         regclass PRIMARY KEY,
     lock          text NOT NULL,
     policy        text NOT NULL CHECK (policy OPERATOR(pg_catalog.=) ANY (ARRAY['strict', 'permissive'])),
     columns       text[] NOT NULL DEFAULT '{}'::pg_catalog.text[],
@@ -97,10 +105,103 @@ CREATE TABLE pgadvisory.fenced_table (
 
 COMMENT ON TABLE pgadvisory.fenced_table IS
 'lockgen fencing: the tables fenced by a lock, written by pgadvisory.fence_register and '
-'fence_unregister (owner only). relid is the table; lock, policy and columns are the arguments '
+'fence_unregister (owner only). relid is the table (regclass, so that a logical dump and restore '
+'keeps the listing); lock, policy and columns are the arguments '
 'its fence triggers must carry (lock: the ID of a plain lock, the name of a parameterized one; '
 'columns: the parameter columns in declaration order). The fence trigger functions that run as '
 'their owner refuse a table not listed here with their arguments.';
+
+-- The fence row of a plain lock lists the lock's tables too (fenced_strict,
+-- fenced_permissive: one per policy, so that the check compares OIDs and
+-- builds nothing), so that fence_check_statement, which reads that row FOR
+-- SHARE in every fenced write, finds the listing in the same index probe
+-- instead of a query of its own. The columns are derived: fenced_table_sync
+-- keeps them equal to what fenced_table lists, whoever writes fenced_table.
+-- A lock whose table is listed has a fence row from then on, with token
+-- NULL until the lock publishes one.
+ALTER TABLE pgadvisory.fence
+    ALTER COLUMN token DROP NOT NULL,
+    ALTER COLUMN published_at DROP NOT NULL,
+    ADD COLUMN fenced_strict regclass[] NOT NULL DEFAULT '{}'::pg_catalog.regclass[],
+    ADD COLUMN fenced_permissive regclass[] NOT NULL DEFAULT '{}'::pg_catalog.regclass[];
+
+COMMENT ON TABLE pgadvisory.fence IS
+'lockgen fencing: the published (current) token per advisory-lock ID. A holder publishes with '
+'INSERT .. ON CONFLICT (lock_id) DO UPDATE .. WHERE fence.token IS NULL OR fence.token < '
+'excluded.token; the fence triggers accept only writes carrying this token and read the row FOR '
+'SHARE, so a publish waits for writes still in flight with the previous token. token and '
+'published_at are NULL while the lock never published (its row was made when a table was listed '
+'as fenced by it). fenced_strict, fenced_permissive: the tables pgadvisory.fenced_table lists '
+'with this plain lock''s ID and that policy, kept in step by the trigger fenced_table_sync on '
+'fenced_table.';
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.fenced_table_sync()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Runs as the writer of pgadvisory.fenced_table (fence_register and
+-- fence_unregister run as the owner of lockgen's schema). For the plain
+-- locks of the row written (old and new), pgadvisory.fence.fenced_strict
+-- and fenced_permissive are listed again from fenced_table: the lock's fence row is locked first, so
+-- that writes of one lock's listing take turns and each reads (a statement
+-- of its own, so a snapshot of its own) what the previous one committed. A
+-- membership never outlives its listing.
+DECLARE
+    v_locks text[] := '{}'::pg_catalog.text[];
+    v_lock  text;
+    v_id    bigint;
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
+        UPDATE pgadvisory.fence AS f SET fenced_strict = '{}'::pg_catalog.regclass[], fenced_permissive = '{}'::pg_catalog.regclass[]
+        WHERE pg_catalog.cardinality(f.fenced_strict) OPERATOR(pg_catalog.<>) 0
+           OR pg_catalog.cardinality(f.fenced_permissive) OPERATOR(pg_catalog.<>) 0;
+        RETURN NULL;
+    END IF;
+    IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' AND OLD.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[] THEN
+        v_locks := pg_catalog.array_append(v_locks, OLD.lock);
+    END IF;
+    IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' AND NEW.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[] THEN
+        v_locks := pg_catalog.array_append(v_locks, NEW.lock);
+    END IF;
+    FOREACH v_lock IN ARRAY v_locks LOOP
+        -- A plain lock is listed by its ID; anything else has no fence row.
+        CONTINUE WHEN v_lock OPERATOR(pg_catalog.!~) '^-?[0-9]{1,19}$';
+        CONTINUE WHEN v_lock::pg_catalog.numeric OPERATOR(pg_catalog.<) '-9223372036854775808'::pg_catalog.numeric
+            OR v_lock::pg_catalog.numeric OPERATOR(pg_catalog.>) '9223372036854775807'::pg_catalog.numeric;
+        v_id := v_lock::pg_catalog.int8;
+        IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' AND v_lock OPERATOR(pg_catalog.=) NEW.lock THEN
+            INSERT INTO pgadvisory.fence AS f (lock_id, token, published_at) VALUES (v_id, NULL, NULL)
+            ON CONFLICT (lock_id) DO NOTHING;
+        END IF;
+        PERFORM FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) v_id FOR UPDATE;
+        UPDATE pgadvisory.fence AS f
+        SET fenced_strict = COALESCE(l.strict, '{}'::pg_catalog.regclass[]),
+            fenced_permissive = COALESCE(l.permissive, '{}'::pg_catalog.regclass[])
+        FROM (SELECT pg_catalog.array_agg(ft.relid ORDER BY ft.relid::pg_catalog.oid) FILTER (WHERE ft.policy OPERATOR(pg_catalog.=) 'strict') AS strict,
+                     pg_catalog.array_agg(ft.relid ORDER BY ft.relid::pg_catalog.oid) FILTER (WHERE ft.policy OPERATOR(pg_catalog.=) 'permissive') AS permissive
+              FROM pgadvisory.fenced_table AS ft
+              WHERE ft.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[]
+                AND CASE WHEN ft.lock OPERATOR(pg_catalog.~) '^-?[0-9]{1,19}$'
+                         THEN ft.lock::pg_catalog.numeric OPERATOR(pg_catalog.=) v_id::pg_catalog.numeric
+                         ELSE false END) AS l
+        WHERE f.lock_id OPERATOR(pg_catalog.=) v_id;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.fenced_table_sync() IS
+'lockgen fencing (internal): trigger on pgadvisory.fenced_table; keeps pgadvisory.fence.fenced_strict '
+'and fenced_permissive of each plain lock equal to the tables fenced_table lists with its ID and '
+'that policy (made the lock''s fence row, token NULL, when it had none).';
+
+CREATE TRIGGER fenced_table_sync AFTER INSERT OR UPDATE OR DELETE ON pgadvisory.fenced_table
+    FOR EACH ROW EXECUTE FUNCTION pgadvisory.fenced_table_sync();
+CREATE TRIGGER fenced_table_sync_truncate AFTER TRUNCATE ON pgadvisory.fenced_table
+    FOR EACH STATEMENT EXECUTE FUNCTION pgadvisory.fenced_table_sync();
 
 -- The check of the trigger functions that run as their owner.
 -- +goose StatementBegin
@@ -125,14 +226,14 @@ BEGIN
     -- cloned to a partition) one of its ancestors.
     SELECT true INTO v_ok
     FROM pgadvisory.fenced_table AS ft
-    WHERE ft.relid OPERATOR(pg_catalog.=) p_relid
+    WHERE ft.relid::pg_catalog.oid OPERATOR(pg_catalog.=) p_relid
       AND ft.lock OPERATOR(pg_catalog.=) v_lock
       AND ft.policy OPERATOR(pg_catalog.=) v_pol
       AND ft.columns OPERATOR(pg_catalog.=) v_cols;
     IF v_ok IS NULL THEN
         SELECT true INTO v_ok
         FROM pg_catalog.pg_partition_ancestors(p_relid) AS a(relid)
-        JOIN pgadvisory.fenced_table AS ft ON ft.relid OPERATOR(pg_catalog.=) a.relid::pg_catalog.oid
+        JOIN pgadvisory.fenced_table AS ft ON ft.relid::pg_catalog.oid OPERATOR(pg_catalog.=) a.relid::pg_catalog.oid
         WHERE ft.lock OPERATOR(pg_catalog.=) v_lock
           AND ft.policy OPERATOR(pg_catalog.=) v_pol
           AND ft.columns OPERATOR(pg_catalog.=) v_cols
@@ -239,7 +340,7 @@ BEGIN
     END LOOP;
     -- Rows of dropped tables go, so that no new table inherits their OID's listing.
     DELETE FROM pgadvisory.fenced_table AS ft
-    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) ft.relid);
+    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) ft.relid::pg_catalog.oid);
     INSERT INTO pgadvisory.fenced_table AS ft (relid, lock, policy, columns)
     VALUES (p_table, p_lock, p_policy, p_columns)
     ON CONFLICT (relid) DO UPDATE
@@ -262,7 +363,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DELETE FROM pgadvisory.fenced_table AS ft WHERE ft.relid OPERATOR(pg_catalog.=) p_table;
+DELETE FROM pgadvisory.fenced_table AS ft WHERE ft.relid::pg_catalog.oid OPERATOR(pg_catalog.=) p_table::pg_catalog.oid;
 $$;
 -- +goose StatementEnd
 
@@ -349,14 +450,21 @@ AS $$
 -- need no privilege on pgadvisory.fence); it reads nothing but the
 -- statement's transition tables and the fence rows of their locks, and only
 -- on a table listed in pgadvisory.fenced_table whose columns it reads have
--- built-in types (fence_table_verify).
+-- built-in types. This runs in every fenced write: a plain lock's statement
+-- that wrote rows and carries a token (the common case) runs two queries,
+-- as it did before the listing was checked, and as few plain PL/pgSQL
+-- expressions: the listing is read in the lock's fence row that step 3
+-- reads anyway (fenced_strict, fenced_permissive: fenced_table's copy),
+-- and fencing_token's type from NEW. Every other path asks
+-- fence_table_verify (fenced_table itself; it also says what is wrong)
+-- before it reads a parameter column, returns or raises anything else.
 DECLARE
     v_lock   text   := TG_ARGV[0];
     v_policy text   := TG_ARGV[1];
     v_tok    bigint := NULLIF(pg_catalog.current_setting('pgadvisory.fencing_token', true), '')::pg_catalog.int8;
     v_rows   boolean;
     v_bad    boolean;
-    v_type   pg_catalog.oid;
+    v_listed boolean; -- NULL until fence_table_verify passed
     v_cur    bigint;
     v_id     bigint;
     v_cols   text;
@@ -368,64 +476,73 @@ BEGIN
         RAISE EXCEPTION 'pgadvisory: fence_check_statement on %.% is an AFTER ... FOR EACH STATEMENT trigger with the arguments (lock, ''strict'' or ''permissive'', parameter column, ...)',
             TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '22023';
     END IF;
-    -- 0. Only on a listed table whose columns it reads have built-in types.
-    --    A plain lock's table, listed, whose written rows' fencing_token is
-    --    bigint (pg_typeof reads the type, never a value) passes in one
-    --    query: this runs in every fenced write. Anything else goes to
-    --    fence_table_verify, which also says what is wrong.
-    IF TG_NARGS OPERATOR(pg_catalog.=) 2 AND TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
-        -- A plain lock's DELETE reads no value of the rows.
-        SELECT 20 INTO v_type FROM pgadvisory.fenced_table AS ft
-        WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
-          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[];
-    ELSIF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
-        SELECT (SELECT pg_catalog.pg_typeof(n.fencing_token)::pg_catalog.oid FROM fence_new AS n LIMIT 1) INTO v_type
-        FROM pgadvisory.fenced_table AS ft
-        WHERE ft.relid OPERATOR(pg_catalog.=) TG_RELID AND ft.lock OPERATOR(pg_catalog.=) v_lock
-          AND ft.policy OPERATOR(pg_catalog.=) v_policy AND ft.columns OPERATOR(pg_catalog.=) '{}'::pg_catalog.text[];
-    END IF;
-    IF v_type IS DISTINCT FROM 20 THEN
-        PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
-    END IF;
     -- 1. A statement that wrote no row changed nothing. Otherwise the rows
     --    as written must carry the transaction's token as their stamp (a
-    --    trigger that ran after lockgen's row trigger could change it).
+    --    trigger that ran after lockgen's row trigger could change it). No
+    --    value of the written rows is read unless their fencing_token is
+    --    bigint: NEW, unset in a statement trigger but typed as the table's
+    --    row, gives the column's type without a query (pg_typeof reads the
+    --    type, never a value). A DELETE reads no value of fence_old before
+    --    step 3, where a parameterized lock's table is verified first.
     IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         SELECT EXISTS (SELECT FROM fence_old) INTO v_rows;
     ELSE
+        IF pg_catalog.pg_typeof(NEW.fencing_token)::pg_catalog.oid OPERATOR(pg_catalog.<>) 20::pg_catalog.oid THEN
+            PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
+            v_listed := true;
+        END IF;
         SELECT true, n.fencing_token IS DISTINCT FROM v_tok INTO v_rows, v_bad
         FROM fence_new AS n ORDER BY 2 DESC LIMIT 1;
     END IF;
     IF NOT COALESCE(v_rows, false) THEN
+        IF v_listed IS NOT TRUE THEN
+            PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
+        END IF;
         RETURN NULL;
     END IF;
-    -- 2. No token: strict refuses; permissive lets the rows pass, stamped NULL.
-    IF v_tok IS NULL AND v_policy OPERATOR(pg_catalog.=) 'strict' THEN
-        RAISE EXCEPTION 'pgadvisory: % on %.% carries no fencing token (lock %): take the lock with pgadvisory.WithFencing() (fencing: true in locks.yaml) and write through its transaction, or carry a holder''s token with pgadvisory.RunFenced or SetFencingToken', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
-            USING ERRCODE = 'LF002',
-                  HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
-    END IF;
-    IF v_bad THEN
-        RAISE EXCEPTION 'pgadvisory: % on %.% wrote a row whose fencing_token is not the write''s token: a trigger that runs after zz_pgadvisory_fence changed fencing_token (lock %)',
-            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
-            USING ERRCODE = 'LF001';
-    END IF;
-    IF v_tok IS NULL THEN
+    -- 2. No token: strict refuses; permissive lets the rows pass, stamped
+    --    NULL. A row whose stamp is not the token: refused.
+    IF v_tok IS NULL OR v_bad THEN
+        IF v_listed IS NOT TRUE THEN
+            PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
+        END IF;
+        IF v_tok IS NULL AND v_policy OPERATOR(pg_catalog.=) 'strict' THEN
+            RAISE EXCEPTION 'pgadvisory: % on %.% carries no fencing token (lock %): take the lock with pgadvisory.WithFencing() (fencing: true in locks.yaml) and write through its transaction, or carry a holder''s token with pgadvisory.RunFenced or SetFencingToken', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
+                USING ERRCODE = 'LF002',
+                      HINT = 'A write''s token is the transaction-local setting pgadvisory.fencing_token (set_config(''pgadvisory.fencing_token'', token, true)), never the fencing_token column, which is only a stamp.';
+        END IF;
+        IF v_bad THEN
+            RAISE EXCEPTION 'pgadvisory: % on %.% wrote a row whose fencing_token is not the write''s token: a trigger that runs after zz_pgadvisory_fence changed fencing_token (lock %)',
+                TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, v_lock
+                USING ERRCODE = 'LF001';
+        END IF;
         RETURN NULL;
     END IF;
     -- 3. Once per distinct lock of the rows: the token must be the lock's
     --    published token, whose fence row stays locked FOR SHARE to the end
     --    of the transaction (the next holder's publish waits for this write).
+    --    A plain lock's fence row is read, and locked, only if it lists this
+    --    table under this trigger's policy (fenced_strict, fenced_permissive:
+    --    fenced_table's copy). Else (a token that is not the published one,
+    --    a table listed but not in the copy: a partition through its
+    --    parent) fence_table_verify decides first, then fence_require_current
+    --    reads and locks the row, and refuses a token that is not current.
     IF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
         v_id := v_lock::pg_catalog.int8;
-        SELECT f.token INTO v_cur FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) v_id FOR SHARE;
+        SELECT f.token INTO v_cur FROM pgadvisory.fence AS f
+        WHERE f.lock_id OPERATOR(pg_catalog.=) v_id
+          AND TG_RELID OPERATOR(pg_catalog.=) ANY (CASE WHEN v_policy OPERATOR(pg_catalog.=) 'strict' THEN f.fenced_strict::pg_catalog.oid[] ELSE f.fenced_permissive::pg_catalog.oid[] END)
+        FOR SHARE;
         IF v_cur IS NULL OR v_cur OPERATOR(pg_catalog.<>) v_tok THEN
-            RAISE EXCEPTION 'pgadvisory: stale fencing token % for lock %: %', v_tok, v_id,
-                CASE WHEN v_cur IS NULL THEN 'the lock never published a token' ELSE 'it is not the lock''s current token' END
-                USING ERRCODE = 'LF001',
-                      HINT = 'Another holder took the lock after this token was issued: stop writing.';
+            IF v_listed IS NOT TRUE THEN
+                PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
+            END IF;
+            PERFORM pgadvisory.fence_require_current(v_id, v_tok, NULL, NULL);
         END IF;
         RETURN NULL;
+    END IF;
+    IF v_listed IS NOT TRUE THEN
+        PERFORM pgadvisory.fence_table_verify(TG_RELID, 'fence_check_statement', TG_ARGV, true);
     END IF;
     SELECT pg_catalog.string_agg(pg_catalog.format('%I::pg_catalog.text', c), ', ') INTO v_cols
     FROM pg_catalog.unnest(TG_ARGV[2:TG_NARGS OPERATOR(pg_catalog.-) 1]) AS c;
@@ -711,16 +828,19 @@ BEGIN
             v_taken := v_taken OPERATOR(pg_catalog.+) 1;
         END LOOP;
 
-        -- Granted: draw the token (the sequence never re-issues a value) and
-        -- publish it, waiting at most p_publish_timeout for writers still
-        -- holding a fence row FOR SHARE with the previous token.
+        -- Granted: lock the fence rows, waiting at most p_publish_timeout
+        -- for writers still holding one FOR SHARE with the previous token,
+        -- then draw the token (the sequence never re-issues a value) and
+        -- publish it. In this order a call that gives up waiting (55P03)
+        -- has drawn no token: a sequence is not transactional.
         v_step := 'publish';
         v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);
+        PERFORM FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) ANY (v_ids) ORDER BY f.lock_id FOR NO KEY UPDATE;
         v_token := pg_catalog.nextval('pgadvisory.fencing_token_seq');
         FOREACH v_id IN ARRAY v_ids LOOP
             INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES (v_id, v_token)
             ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = pg_catalog.now()
-            WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
+            WHERE f.token IS NULL OR f.token OPERATOR(pg_catalog.<) excluded.token;
             IF NOT FOUND THEN
                 -- This session holds the lock, so no other holder can have
                 -- published since: the sequence itself went backwards. The
@@ -754,8 +874,8 @@ BEGIN
         -- that a lock the caller held before keeps its own hold.
         PERFORM pg_catalog.pg_advisory_unlock(v_ids[i]) FROM pg_catalog.generate_series(1, v_taken) AS i;
         IF v_step OPERATOR(pg_catalog.=) 'publish' AND SQLSTATE OPERATOR(pg_catalog.=) '55P03' THEN
-            RAISE EXCEPTION 'pgadvisory: publishing fencing token % for lock(s) % waited % for writes still in flight with the previous token',
-                v_token, pg_catalog.array_to_string(v_ids, ', '), p_publish_timeout
+            RAISE EXCEPTION 'pgadvisory: publishing fencing token for lock(s) % waited % for writes still in flight with the previous token (no token drawn)',
+                pg_catalog.array_to_string(v_ids, ', '), p_publish_timeout
                 USING ERRCODE = '55P03',
                       HINT = 'A transaction writing with the previous holder''s token is still open (it holds the fence row FOR SHARE): the lock was not taken; retry later.';
         END IF;
@@ -772,10 +892,10 @@ COMMENT ON FUNCTION pgadvisory.fence_acquire(bigint[], boolean, text, text) IS
 'the transaction wrote anything). Takes session-level advisory locks on p_ids in ascending order '
 '(pg_try_advisory_lock, or with p_wait pg_advisory_lock under lock_timeout p_lock_timeout when '
 'not NULL); on a hot standby returns standby at once, and when a lock is held elsewhere releases '
-'what it took and returns granted = false. Granted: draws a token from '
-'pgadvisory.fencing_token_seq, publishes it in pgadvisory.fence for every ID (waiting at most '
-'p_publish_timeout for writers of the previous token: 55P03; LF004 when a newer token is already '
-'published, i.e. the sequence went backwards), forces synchronous_commit = on for the transaction '
+'what it took and returns granted = false. Granted: locks the fence rows of the IDs (waiting at '
+'most p_publish_timeout for writers of the previous token: 55P03, before any token is drawn), '
+'draws a token from pgadvisory.fencing_token_seq, publishes it in pgadvisory.fence for every ID '
+'(LF004 when a newer token is already published, i.e. the sequence went backwards), forces synchronous_commit = on for the transaction '
 'unless it is on or remote_apply, and leaves the hand-over in the session setting '
 'pgadvisory.pending. The caller commits (COMMIT AND CHAIN) and calls pgadvisory.fence_handover() '
 'in the chained transaction. On any error it releases the session locks it took, and only those. '
@@ -815,14 +935,20 @@ BEGIN
     END IF;
     PERFORM pg_catalog.pg_advisory_lock(p_lock_id);
 
+    -- The fence row first, then the term: writers of the previous term hold
+    -- the row FOR SHARE, and an election that gives up waiting for them
+    -- (55P03 after p_publish_timeout) must not have drawn a term (a
+    -- sequence is not transactional: a drawn value stays used up). A lock
+    -- without a fence row yet has no writers to wait for.
     v_set := pg_catalog.set_config('lock_timeout', p_publish_timeout, true);
+    PERFORM FROM pgadvisory.fence AS f WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock_id FOR NO KEY UPDATE;
     term := pg_catalog.nextval('pgadvisory.fencing_token_seq');
     UPDATE pgadvisory.fence AS f SET token = term, published_at = pg_catalog.now()
-    WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock_id AND f.token OPERATOR(pg_catalog.<) term;
+    WHERE f.lock_id OPERATOR(pg_catalog.=) p_lock_id AND (f.token IS NULL OR f.token OPERATOR(pg_catalog.<) term);
     IF NOT FOUND THEN
         INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES (p_lock_id, term)
         ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, published_at = pg_catalog.now()
-        WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
+        WHERE f.token IS NULL OR f.token OPERATOR(pg_catalog.<) excluded.token;
     END IF;
     IF NOT FOUND THEN
         -- No published token in the message: only holders learn theirs.
@@ -855,9 +981,10 @@ $$;
 
 COMMENT ON FUNCTION pgadvisory.leader_elect(bigint, text, text) IS
 'lockgen leader election: for a caller that holds the advisory lock p_lock_id at session level in '
-'exclusive mode (else 55000), draws a term from pgadvisory.fencing_token_seq, publishes it in pgadvisory.fence '
-'as a fenced acquisition does (55P03 after p_publish_timeout while writers of the previous token '
-'are in flight; LF004 when the sequence is behind), records the leader in pgadvisory.leader and '
+'exclusive mode (else 55000), locks the lock''s fence row (55P03 after p_publish_timeout while '
+'writers of the previous token are in flight, before any term is drawn), then draws a term from '
+'pgadvisory.fencing_token_seq and publishes it in pgadvisory.fence as a fenced acquisition does '
+'(LF004 when the sequence is behind), records the leader in pgadvisory.leader and '
 'forces synchronous_commit = on for the transaction unless it is on or remote_apply. SECURITY DEFINER.';
 
 -- +goose StatementBegin
@@ -1134,7 +1261,8 @@ REVOKE EXECUTE ON FUNCTION
     pgadvisory.fence_table_verify(oid, text, text[], boolean),
     pgadvisory.fence_register(regclass, text, text, text[]),
     pgadvisory.fence_unregister(regclass),
-    pgadvisory.fence_advance(bigint)
+    pgadvisory.fence_advance(bigint),
+    pgadvisory.fenced_table_sync()
 FROM PUBLIC;
 
 -- The tables fenced before this migration: every table with a trigger of
@@ -1142,7 +1270,7 @@ FROM PUBLIC;
 -- of a table's fence triggers carry the same ones). A row trigger cloned to
 -- a partition is listed through its parent.
 INSERT INTO pgadvisory.fenced_table (relid, lock, policy, columns)
-SELECT DISTINCT ON (t.tgrelid) t.tgrelid, a.args[1], a.args[2], COALESCE(a.args[3:], '{}'::pg_catalog.text[])
+SELECT DISTINCT ON (t.tgrelid) t.tgrelid::pg_catalog.regclass, a.args[1], a.args[2], COALESCE(a.args[3:], '{}'::pg_catalog.text[])
 FROM pg_catalog.pg_trigger AS t
 CROSS JOIN LATERAL (
     -- tgargs holds each argument followed by a zero byte; lockgen's
@@ -1936,3 +2064,16 @@ DROP FUNCTION pgadvisory.fence_unregister(regclass);
 DROP FUNCTION pgadvisory.fence_register(regclass, text, text, text[]);
 DROP FUNCTION pgadvisory.fence_table_verify(oid, text, text[], boolean);
 DROP TABLE pgadvisory.fenced_table;
+DROP FUNCTION pgadvisory.fenced_table_sync();
+-- 00002's fence table: rows of locks that never published go.
+DELETE FROM pgadvisory.fence WHERE token IS NULL;
+ALTER TABLE pgadvisory.fence
+    DROP COLUMN fenced_strict,
+    DROP COLUMN fenced_permissive,
+    ALTER COLUMN published_at SET NOT NULL,
+    ALTER COLUMN token SET NOT NULL;
+COMMENT ON TABLE pgadvisory.fence IS
+'lockgen fencing: the published (current) token per advisory-lock ID. A holder publishes with '
+'INSERT .. ON CONFLICT (lock_id) DO UPDATE .. WHERE fence.token < excluded.token; the fence '
+'triggers accept only writes carrying this token and read the row FOR SHARE, so a publish waits '
+'for writes still in flight with the previous token.';

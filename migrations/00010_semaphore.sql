@@ -11,27 +11,42 @@
 --   * pgadvisory.slot_limit has one row per limited lock: the limit n its
 --     holders agreed on. n is part of a limited lock's identity: a caller
 --     with another n would hold slots the others do not count.
---   * slot_acquire(lock_id, n, start, session, skip) tries the slots in the
---     order start, start+1, ... (mod n), passing over those in skip, takes
---     the first free one (transaction-level, or session-level when session
---     is true) and returns it with the lock's registered limit, which it
---     reads after the slot is taken: a limit changed by a transaction that
---     committed before the slot's lock was granted is seen. It writes
---     nothing: the caller compares registered with its n, and calls
---     slot_register when they differ or no limit is registered.
+--   * slot_try(lock_id, n, start, session, skip) tries the slots in the
+--     order start, start+1, ... (mod n), passing over those in skip, and
+--     takes the first free one (transaction-level, or session-level when
+--     session is true). It returns the slot, or NULL when none is free.
+--   * A limited call takes a slot with one statement of its own, which
+--     calls no function when its first slot is free (a function call
+--     costs more than the lock itself): it tries the key of a random
+--     first slot with pg_try_advisory_xact_lock, only if that one is taken
+--     calls slot_try for the others, and once a slot is granted reads the
+--     lock's row of slot_limit. The statement's snapshot is older than the slot's grant, so a limit
+--     changed by a transaction that committed in between would be read as
+--     it was. But such a change wrote the row, so the version the
+--     statement sees then has a nonzero xmax: the statement takes n from a
+--     version whose xmax is 0 (the newest: nobody has updated it), and
+--     otherwise calls slot_registered, which reads it with a fresh
+--     snapshot. The hot path writes nothing. Nothing locks the row's
+--     newest version (slot_register does not, and PUBLIC cannot), so its
+--     xmax stays 0 until the limit changes again.
+--   * slot_registered(lock_id) reads the lock's registered limit with a
+--     snapshot of its own (a volatile PL/pgSQL function).
 --   * slot_register(lock_id, n) registers n for a lock that has no limit,
 --     and changes a lock's limit to n only when no slot of the registered
---     limit is held (it takes them all for the length of its transaction).
---     It returns the limit registered after the call: n, or the other
---     value when some slot is held with it.
+--     limit is held (it takes them all for the length of its transaction,
+--     and updates the row only if it still has the limit whose slots it
+--     took). It returns the limit registered after the call: n, or the
+--     other value when some slot is held with it.
 --   * slot_status is one row per limited lock with its limit, the number of
 --     its slots held, and the backends waiting in the server's queue for
 --     one of them.
 --
--- slot_acquire and slot_register are SECURITY DEFINER (callers need no
--- privilege on pgadvisory.slot_limit) and executable by PUBLIC, as every
--- limited call uses them; slot_id is pure and PUBLIC. Every function pins
--- search_path = pg_catalog, pg_temp, lockgen's names are schema-qualified
+-- slot_register is SECURITY DEFINER (callers need no privilege to write
+-- pgadvisory.slot_limit) and executable by PUBLIC, as every limited lock's
+-- first call uses it; slot_try takes advisory locks, which PUBLIC may,
+-- and slot_registered reads a table PUBLIC may read: they run as the
+-- caller; slot_id is pure. All four are PUBLIC. Every function pins
+-- search_path = pg_catalog, pg_temp, lockgen's names are schema-qualified,
 -- operators are written OPERATOR(pg_catalog.op) and casts
 -- ::pg_catalog.type.
 --
@@ -77,52 +92,64 @@ REVOKE ALL ON TABLE pgadvisory.slot_limit FROM PUBLIC;
 GRANT SELECT ON TABLE pgadvisory.slot_limit TO PUBLIC;
 
 -- +goose StatementBegin
-CREATE FUNCTION pgadvisory.slot_acquire(
-    p_lock_id bigint, p_n integer, p_start integer, p_session boolean, p_skip integer[],
-    OUT slot integer, OUT registered integer)
-LANGUAGE plpgsql
-SECURITY DEFINER
+CREATE FUNCTION pgadvisory.slot_try(p_lock_id bigint, p_n integer, p_start integer, p_session boolean, p_skip integer[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_i   integer;
-    v_key bigint;
+    v_i integer;
 BEGIN
     IF p_lock_id IS NULL OR p_n IS NULL OR p_start IS NULL OR p_session IS NULL THEN
-        RAISE EXCEPTION 'pgadvisory: slot_acquire needs a lock ID, a limit, a start slot and a level'
+        RAISE EXCEPTION 'pgadvisory: slot_try needs a lock ID, a limit, a start slot and a level'
             USING ERRCODE = '22023';
     END IF;
     IF p_n OPERATOR(pg_catalog.<) 1 OR p_n OPERATOR(pg_catalog.>) 1024
        OR p_start OPERATOR(pg_catalog.<) 0 OR p_start OPERATOR(pg_catalog.>=) p_n THEN
-        RAISE EXCEPTION 'pgadvisory: slot_acquire: the limit must be 1 to 1024 and the start slot 0 to limit-1 (got limit %, start %)', p_n, p_start
+        RAISE EXCEPTION 'pgadvisory: slot_try: the limit must be 1 to 1024 and the start slot 0 to limit-1 (got limit %, start %)', p_n, p_start
             USING ERRCODE = '22023';
     END IF;
     FOR k IN 0 .. p_n OPERATOR(pg_catalog.-) 1 LOOP
         v_i := (p_start OPERATOR(pg_catalog.+) k) OPERATOR(pg_catalog.%) p_n;
         CONTINUE WHEN p_skip IS NOT NULL AND v_i OPERATOR(pg_catalog.=) ANY (p_skip);
-        v_key := pgadvisory.slot_id(p_lock_id, v_i);
         IF p_session THEN
-            IF pg_catalog.pg_try_advisory_lock(v_key) THEN
-                slot := v_i;
-                EXIT;
+            IF pg_catalog.pg_try_advisory_lock(pgadvisory.slot_id(p_lock_id, v_i)) THEN
+                RETURN v_i;
             END IF;
-        ELSIF pg_catalog.pg_try_advisory_xact_lock(v_key) THEN
-            slot := v_i;
-            EXIT;
+        ELSIF pg_catalog.pg_try_advisory_xact_lock(pgadvisory.slot_id(p_lock_id, v_i)) THEN
+            RETURN v_i;
         END IF;
     END LOOP;
-    -- Read after the slot's lock was granted: this statement's snapshot
-    -- sees every limit committed before.
-    SELECT l.n INTO registered FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id;
+    RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.slot_acquire(bigint, integer, integer, boolean, integer[]) IS
-'lockgen limited locks: takes the first free slot of p_lock_id among 0..p_n-1, trying them from '
-'p_start on (mod p_n) and passing over p_skip, at transaction level (or session level when '
-'p_session); returns it (NULL: none free) and the registered limit (NULL: none), read after the '
-'slot was taken. Writes nothing. SECURITY DEFINER: callers need no privilege on slot_limit.';
+COMMENT ON FUNCTION pgadvisory.slot_try(bigint, integer, integer, boolean, integer[]) IS
+'lockgen limited locks: takes the first free slot of p_lock_id among 0..p_n-1, trying them from p_start '
+'on (mod p_n) and passing over p_skip, at transaction level (or session level when p_session), and '
+'returns it (NULL: none free). It does not read the lock''s registered limit: a caller reads '
+'pgadvisory.slot_limit after the slot is granted (see slot_registered).';
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.slot_registered(p_lock_id bigint)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- A statement of a volatile PL/pgSQL function takes a snapshot of its
+    -- own: it sees every limit committed before it starts, even when the
+    -- statement that calls the function started earlier.
+    RETURN (SELECT l.n FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id);
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.slot_registered(bigint) IS
+'lockgen limited locks: the limit registered for p_lock_id (NULL: none), read with a snapshot taken when '
+'the function runs, not when the statement that calls it started: called after a slot was taken, it sees '
+'every change of the limit committed before.';
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadvisory.slot_register(p_lock_id bigint, p_n integer)
@@ -141,9 +168,10 @@ BEGIN
     INSERT INTO pgadvisory.slot_limit AS l (lock_id, n, registered_at)
     VALUES (p_lock_id, p_n, pg_catalog.clock_timestamp())
     ON CONFLICT (lock_id) DO NOTHING;
-    -- One registration at a time per lock.
-    SELECT l.n INTO v_n FROM pgadvisory.slot_limit AS l
-    WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id FOR UPDATE;
+    -- Not FOR UPDATE: the row's newest version keeps xmax 0, which the slot
+    -- statement's check relies on (see the header). Concurrent changes are
+    -- ordered by the old limit's slots and the UPDATE's condition below.
+    SELECT l.n INTO v_n FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id;
     IF v_n OPERATOR(pg_catalog.=) p_n THEN
         RETURN v_n;
     END IF;
@@ -152,11 +180,17 @@ BEGIN
     -- of the old limit starts before the new one is visible.
     FOR s IN 0 .. v_n OPERATOR(pg_catalog.-) 1 LOOP
         IF NOT pg_catalog.pg_try_advisory_xact_lock(pgadvisory.slot_id(p_lock_id, s)) THEN
-            RETURN v_n;
+            -- Held: the limit stays (read again: another call may have
+            -- changed it since).
+            RETURN (SELECT l.n FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id);
         END IF;
     END LOOP;
+    -- Only if it is still the limit whose slots this call holds.
     UPDATE pgadvisory.slot_limit AS l SET n = p_n, registered_at = pg_catalog.clock_timestamp()
-    WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id;
+    WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id AND l.n OPERATOR(pg_catalog.=) v_n;
+    IF NOT FOUND THEN
+        RETURN (SELECT l.n FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) p_lock_id);
+    END IF;
     RETURN p_n;
 END
 $$;
@@ -196,6 +230,7 @@ COMMENT ON VIEW pgadvisory.slot_status IS
 -- +goose Down
 DROP VIEW pgadvisory.slot_status;
 DROP FUNCTION pgadvisory.slot_register(bigint, integer);
-DROP FUNCTION pgadvisory.slot_acquire(bigint, integer, integer, boolean, integer[]);
+DROP FUNCTION pgadvisory.slot_registered(bigint);
+DROP FUNCTION pgadvisory.slot_try(bigint, integer, integer, boolean, integer[]);
 DROP TABLE pgadvisory.slot_limit;
 DROP FUNCTION pgadvisory.slot_id(bigint, integer);

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
@@ -141,7 +143,7 @@ func TestLeaderMigrationUpDownUp(t *testing.T) {
 	_, err = p.DownTo(ctx, 6)
 	require.NoError(t, err)
 	require.Equal(t, want6, leaderSchema(t, db), "Down restores version 6")
-	_, err = p.Up(ctx)
+	_, err = p.UpTo(ctx, 7)
 	require.NoError(t, err)
 	require.Equal(t, want7, leaderSchema(t, db))
 }
@@ -290,4 +292,204 @@ func TestCurrentLeaderSQL(t *testing.T) {
 	require.NoError(t, err)
 	_, _, _, ok = leader()
 	require.False(t, ok, "a leader that no longer holds the lock is not named, whoever holds it")
+}
+
+// TestLeaderResignCommitsWithoutAFlush: leader_resign's transaction commits
+// with synchronous_commit = off when the resignation is its first write, so
+// a hand-off waits for one WAL flush (the successor's election) instead of
+// two in a row; its term is recorded as resigned and the lock is free.
+// Control: a transaction that wrote before the resignation keeps the
+// session's synchronous_commit, so none of its earlier writes loses
+// durability.
+func TestLeaderResignCommitsWithoutAFlush(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	a := conn(t, db)
+	var session string
+	require.NoError(t, a.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&session))
+	require.NotEqual(t, "off", session, "the test needs a session that waits for flushes")
+	resign := func(writeFirst bool) (setting string) {
+		t.Helper()
+		_, err := a.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+		require.NoError(t, err)
+		var term int64
+		require.NoError(t, a.QueryRowContext(ctx, electSQL, key, "a").Scan(&term))
+		tx, err := a.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		if writeFirst {
+			_, err = tx.ExecContext(ctx, `CREATE TEMP TABLE written_before_resign (x int) ON COMMIT DROP`)
+			require.NoError(t, err)
+		}
+		var released int
+		require.NoError(t, tx.QueryRowContext(ctx, `SELECT pgadvisory.leader_resign($1, $2)`, key, term).Scan(&released))
+		require.Equal(t, 1, released, "the lock was held")
+		require.NoError(t, tx.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&setting))
+		require.NoError(t, tx.Commit())
+		require.Equal(t, term, resignedTerm(t, db, key), "the resignation is recorded")
+		var held int
+		require.NoError(t, a.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&held))
+		require.Zero(t, held, "the lock is released")
+		var after string
+		require.NoError(t, a.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&after))
+		require.Equal(t, session, after, "the setting was the transaction's only")
+		return setting
+	}
+	require.Equal(t, "off", resign(false), "a resignation alone in its transaction does not wait for a flush")
+	require.Equal(t, session, resign(true), "control: a transaction that wrote before keeps the session's setting")
+}
+
+// TestLeaderElectOverAListedLock: a lock whose table is listed as fenced
+// has a fence row before it ever published (token NULL, the copy of its
+// listing): a leader's first election publishes its term there, and the
+// table then accepts writes with that term and no other token.
+func TestLeaderElectOverAListedLock(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	table := fencing.Table(t, db, testdb.Schema(t), "accounts", key, "strict")
+	require.Zero(t, fencing.Published(t, db, key), "listed, never published")
+
+	holder := conn(t, db)
+	_, err := holder.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	var term int64
+	require.NoError(t, holder.QueryRowContext(ctx, electSQL, key, "h").Scan(&term))
+	require.Equal(t, term, fencing.Published(t, db, key))
+	require.NoError(t, fencing.Write(db, term, `INSERT INTO `+table+` (id, balance) VALUES (1, 0)`))
+	sqlstate.Require(t, fencing.Write(db, fencing.NextToken(t, db), `INSERT INTO `+table+` (id, balance) VALUES (2, 0)`), "LF001")
+}
+
+// resignedTerm is the newest resigned term of key in
+// pgadvisory.leader_resigned, 0 when none is recorded.
+func resignedTerm(t *testing.T, db *sql.DB, key int64) int64 {
+	t.Helper()
+	var term int64
+	err := db.QueryRowContext(testdb.Context(t), `SELECT term FROM pgadvisory.leader_resigned WHERE lock_id = $1`, key).Scan(&term)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	require.NoError(t, err)
+	return term
+}
+
+// currentLeaderTerm is the term current_leader names for key, 0 for none.
+func currentLeaderTerm(t *testing.T, db *sql.DB, key int64) int64 {
+	t.Helper()
+	var term int64
+	err := db.QueryRowContext(testdb.Context(t), `SELECT term FROM pgadvisory.current_leader($1)`, key).Scan(&term)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	require.NoError(t, err)
+	return term
+}
+
+// TestLeaderResignWaitsForNoRowLock: leader_resign releases the lock and
+// records the resignation without writing the leader row, so a hand-off
+// waits for neither: while another transaction holds the leader row (as a
+// successor's election does from its write to its commit), the
+// resignation ends at once and a waiting candidate is granted the lock.
+// current_leader then names nobody. Controls: the candidate is not granted
+// while the leader leads, and another session's leader_resign with the
+// leader's term records nothing (a caller resigns only its own leadership).
+func TestLeaderResignWaitsForNoRowLock(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	leader, candidate, other := conn(t, db), conn(t, db), conn(t, db)
+	_, err := leader.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	var term int64
+	require.NoError(t, leader.QueryRowContext(ctx, electSQL, key, "leader").Scan(&term))
+	require.Equal(t, term, currentLeaderTerm(t, db, key), "control: the leader is named")
+
+	var released int
+	require.NoError(t, other.QueryRowContext(ctx, `SELECT pgadvisory.leader_resign($1, $2)`, key, term).Scan(&released))
+	require.Zero(t, released, "another session holds no lock to release")
+	require.Zero(t, resignedTerm(t, db, key), "control: another session cannot resign the leader")
+	require.Equal(t, term, currentLeaderTerm(t, db, key), "control: the leader is still named")
+
+	granted := make(chan error, 1)
+	go func() {
+		_, err := candidate.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+		granted <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory'
+  AND objsubid = 1 AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n))
+		return n == 1
+	}, 30*time.Second, 5*time.Millisecond, "the candidate waits")
+	select {
+	case err := <-granted:
+		t.Fatalf("control: the candidate was granted while the leader leads (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	blocker, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback() }()
+	_, err = blocker.ExecContext(ctx, `SELECT 1 FROM pgadvisory.leader WHERE lock_id = $1 FOR UPDATE`, key)
+	require.NoError(t, err)
+	resigned := make(chan error, 1)
+	go func() {
+		var released int
+		err := leader.QueryRowContext(ctx, `SELECT pgadvisory.leader_resign($1, $2)`, key, term).Scan(&released)
+		if err == nil && released != 1 {
+			err = fmt.Errorf("leader_resign released %d locks, want 1", released)
+		}
+		resigned <- err
+	}()
+	for name, ch := range map[string]chan error{"the resignation": resigned, "the candidate's lock": granted} {
+		select {
+		case err := <-ch:
+			require.NoError(t, err, name)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s waited while another transaction held the leader row", name)
+		}
+	}
+	require.NoError(t, blocker.Rollback())
+	require.Equal(t, term, resignedTerm(t, db, key), "the resignation is recorded")
+	require.Zero(t, currentLeaderTerm(t, db, key), "the resigned leader is not named")
+}
+
+// TestLeaderResignKeepsTheNewestTerm: the resigned term recorded for a lock
+// only grows. A resignation whose write comes after a newer leader's
+// resignation was recorded (its backend held back between its unlock and
+// its write) leaves the newer term, so that newer leader's row stays
+// resigned. Control: a resignation of a newer term than the recorded one
+// records it.
+func TestLeaderResignKeepsTheNewestTerm(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	key := testdb.Key(t)
+	a := conn(t, db)
+	lead := func() (term int64) {
+		t.Helper()
+		_, err := a.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+		require.NoError(t, err)
+		require.NoError(t, a.QueryRowContext(ctx, electSQL, key, "a").Scan(&term))
+		return term
+	}
+	resign := func(term int64) {
+		t.Helper()
+		var released int
+		require.NoError(t, a.QueryRowContext(ctx, `SELECT pgadvisory.leader_resign($1, $2)`, key, term).Scan(&released))
+		require.Equal(t, 1, released)
+	}
+	first := lead()
+	resign(first)
+	require.Equal(t, first, resignedTerm(t, db, key), "control: a first resignation is recorded")
+	second := lead()
+	resign(second)
+	require.Equal(t, second, resignedTerm(t, db, key), "control: a newer term is recorded")
+
+	older := lead()
+	newer := older + 1000
+	_, err := db.ExecContext(ctx, `UPDATE pgadvisory.leader_resigned SET term = $2 WHERE lock_id = $1`, key, newer)
+	require.NoError(t, err)
+	resign(older)
+	require.Equal(t, newer, resignedTerm(t, db, key), "an older resignation does not overwrite a newer one")
 }

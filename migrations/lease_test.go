@@ -329,6 +329,12 @@ func TestLeaseMigrationDownUp(t *testing.T) {
 	ctx := context.Background()
 	db := migrated.UpTo(t, 8)
 	want8 := schemaFunctions(t, db, "%")
+	viewdef := func() string {
+		var def string
+		require.NoError(t, db.QueryRow(`SELECT pg_get_viewdef('pgadvisory.status'::regclass) || obj_description('pgadvisory.status'::regclass)`).Scan(&def))
+		return def
+	}
+	view8 := viewdef()
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
 		goose.WithTableName(pgadvisory.MigrationTable), goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 	require.NoError(t, err)
@@ -342,6 +348,9 @@ func TestLeaseMigrationDownUp(t *testing.T) {
 	var reg sql.NullString
 	require.NoError(t, db.QueryRow(`SELECT to_regclass('pgadvisory.lease')::text`).Scan(&reg))
 	require.False(t, reg.Valid, "Down drops the lease table")
+	require.NoError(t, db.QueryRow(`SELECT to_regclass('pgadvisory.leader_resigned')::text`).Scan(&reg))
+	require.False(t, reg.Valid, "Down drops the table of resigned terms")
+	require.Equal(t, view8, viewdef(), "Down restores version 8's status view")
 	_, err = p.UpTo(ctx, 9)
 	require.NoError(t, err)
 	require.Equal(t, want9, schemaFunctions(t, db, "%"), "and Up brings back the same")
@@ -413,4 +422,29 @@ func TestLeaseHostileRole(t *testing.T) {
 	require.False(t, h.superuser(t))
 	require.NoError(t, h.admin.QueryRow(`SELECT count(*) FROM wsch.fired`).Scan(&fired))
 	require.Equal(t, 1, fired)
+}
+
+// TestLeaseAcquireOnHeldWritesNothing: a try on a held, unexpired lease (a
+// campaign's poll) is answered by a read: its transaction gets no
+// transaction ID (no row lock, nothing to flush at commit). A try on an
+// expired lease takes it.
+func TestLeaseAcquireOnHeldWritesNothing(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	lock := testdb.Key(t)
+	require.NotZero(t, acquire(t, db, lock, "a", newSecret(t), "1 second"))
+
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	var term sql.NullInt64
+	require.NoError(t, tx.QueryRowContext(ctx, leaseAcquireSQL, lock, "b", newSecret(t), "1 second").Scan(&term))
+	require.False(t, term.Valid, "held: not taken")
+	var xid sql.NullString
+	require.NoError(t, tx.QueryRowContext(ctx, `SELECT pg_current_xact_id_if_assigned()::text`).Scan(&xid))
+	require.False(t, xid.Valid, "no write: got transaction ID %s", xid.String)
+	require.NoError(t, tx.Rollback())
+
+	time.Sleep(1100 * time.Millisecond)
+	require.NotZero(t, acquire(t, db, lock, "b", newSecret(t), "1 second"), "expired: taken")
 }

@@ -148,6 +148,13 @@
 //     owner (fence_check_statement, fence_check, fence_check_param,
 //     fence_truncate_guard) refuse other tables (42501) and columns of
 //     other types (42804); the migration lists the tables already fenced;
+//     a plain lock's fence row carries a copy of its listing
+//     (pgadvisory.fence gains fenced_strict and fenced_permissive
+//     regclass[], as fenced_table.relid is regclass, so that a logical
+//     dump and restore keeps the listing; kept in step by the trigger fenced_table_sync on fenced_table), so
+//     that fence_check_statement checks it in the row it reads FOR SHARE
+//     anyway; a lock whose table is listed has a fence row from then on,
+//     with token and published_at NULL until it publishes;
 //   - fence_acquire refuses a transaction that already wrote (25001) instead
 //     of firing its deferred triggers, releases only the locks it took, and
 //     it and leader_elect force synchronous_commit = on unless it is on or
@@ -159,7 +166,8 @@
 //     past every token the copy shows, so that no token issued after the
 //     copy was taken is handed out again.
 //
-// Down restores 00007's functions and privileges and drops the new objects.
+// Down restores 00007's functions and privileges, drops the new objects,
+// and deletes the fence rows of locks that never published.
 //
 // 00009_lease.sql adds leases (pgadvisory.WithLease): a leadership held by
 // a row with an expiry on the database's clock, so that it needs no session
@@ -176,9 +184,18 @@
 //   - pgadvisory.lease_renew(lock_ids bigint[], owner_secret uuid, ttl
 //     interval) renews in one statement the owner's unexpired leases whose
 //     term is still the published token and returns their IDs;
-//   - pgadvisory.lease_release(lock_id bigint, owner_secret uuid) vacates one.
+//   - pgadvisory.lease_release(lock_id bigint, owner_secret uuid) vacates one;
+//   - pgadvisory.lease_expires(lock_id bigint, term bigint) returns when the
+//     lease held with that term expires (CurrentLeader's Expires);
+//   - pgadvisory.leader_resign(lock_id bigint, term bigint) ends a
+//     session-lock leadership: it releases the lock, then records the
+//     caller's own resigned term in the table pgadvisory.leader_resigned
+//     (lock_id, term), which current_leader and the status view (redefined)
+//     read so that they never name a resigned leader.
 //
-// All three are SECURITY DEFINER and executable by PUBLIC. Down drops them.
+// The functions are SECURITY DEFINER and executable by PUBLIC. Down drops
+// them and the tables and restores 00008's status view and 00007's
+// current_leader.
 //
 // lockgen records them in its own goose version table,
 // public.pgadvisory_db_version (pgadvisory.MigrationTable), never in the

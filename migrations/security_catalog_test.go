@@ -30,13 +30,19 @@ var securityDefiner = map[string]string{
 	"pgadvisory.lease_acquire(bigint,text,uuid,interval,text)": "lease",
 	"pgadvisory.lease_renew(bigint[],uuid,interval)":           "lease",
 	"pgadvisory.lease_release(bigint,uuid)":                    "lease",
-	// Limited locks: take a slot and read the lock's registered limit, or
-	// register a limit (changing it only while no slot of the old one is
-	// held). Callers need no privilege on pgadvisory.slot_limit.
-	"pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])": "semaphore",
-	"pgadvisory.slot_register(bigint,integer)":                          "semaphore",
-	// Clears the pid of the caller's own backend's leader row as it
-	// unlocks: callers need no privilege on pgadvisory.leader.
+	// Reads a lease's expiry for CurrentLeader.
+	"pgadvisory.lease_expires(bigint,bigint)": "read",
+	// Limited locks: register a limit (changing it only while no slot of
+	// the old one is held). Callers need no privilege on
+	// pgadvisory.slot_limit.
+	"pgadvisory.slot_register(bigint,integer)": "semaphore",
+	// Waiting calls: join, refresh and leave the queue of a lock, and take
+	// the lock at the head of it. Callers need no privilege on
+	// pgadvisory.waiter.
+	"pgadvisory.wait_try(bigint,bigint,bigint,bigint)": "waiting",
+	"pgadvisory.wait_leave(bigint,bigint)":             "waiting",
+	// Records the caller's own backend's resigned term as it unlocks:
+	// callers need no privilege on pgadvisory.leader_resigned.
 	"pgadvisory.leader_resign(bigint,bigint)": "resign",
 	// Reads pgadvisory.leader and pgadvisory.fence for any reader.
 	"pgadvisory.current_leader(bigint)": "read",
@@ -76,12 +82,17 @@ var publicExecute = map[string]string{
 	"pgadvisory.lease_acquire(bigint,text,uuid,interval,text)": "every lease acquisition; takes only a vacant or expired lease",
 	"pgadvisory.lease_renew(bigint[],uuid,interval)":           "every renewal; renews only the leases of the owner secret",
 	"pgadvisory.lease_release(bigint,uuid)":                    "every resignation; vacates only the lease of the owner secret",
+	"pgadvisory.lease_expires(bigint,bigint)":                  "pgadvisory.CurrentLeader of a lease leader; reads one lease's expiry",
 	// Limited locks (RunLimited, RunSessionLimited, SQL jobs).
-	"pgadvisory.slot_id(bigint,integer)":                                "pure: the slot key rule",
-	"pgadvisory.slot_acquire(bigint,integer,integer,boolean,integer[])": "every limited call; takes a free slot, writes nothing",
-	"pgadvisory.slot_register(bigint,integer)":                          "a limited lock's first call, or a change of its limit while no slot of the old one is held",
+	"pgadvisory.slot_id(bigint,integer)":                            "pure: the slot key rule",
+	"pgadvisory.slot_try(bigint,integer,integer,boolean,integer[])": "a limited call whose first slot is taken; takes advisory locks, runs as the caller",
+	"pgadvisory.slot_registered(bigint)":                            "a limited call whose statement may have read its lock's limit before a change; reads, runs as the caller",
+	"pgadvisory.slot_register(bigint,integer)":                      "a limited lock's first call, or a change of its limit while no slot of the old one is held",
+	// Waiting calls (WithWait on transaction locks).
+	"pgadvisory.wait_try(bigint,bigint,bigint,bigint)": "every waiting call's tries; takes the lock only at the head of its queue",
+	"pgadvisory.wait_leave(bigint,bigint)":             "every wait that ends without the lock; removes one queue row",
 	// A session-lock leader's resignation changes only its own backend's row.
-	"pgadvisory.leader_resign(bigint,bigint)": "every session-lock resignation; clears only the caller's own backend's leader row",
+	"pgadvisory.leader_resign(bigint,bigint)": "every session-lock resignation; records only the caller's own backend's leadership",
 }
 
 // TestSecurityCatalog: every function of pgadvisory pins its search_path;

@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"database/sql"
 	"fmt"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // The trigger functions that run as their owner check their table in
@@ -92,4 +94,78 @@ func TestFenceRegisterRefusals(t *testing.T) {
 	}
 	_, err = db.Exec(`SELECT pgadvisory.fence_register($1, 'billing.invoice', 'strict', '{tenant,region}')`, schema+".t")
 	require.NoError(t, err, "the control: bigint and text NOT NULL")
+}
+
+// fence_check_statement, in a write of a plain lock's table that carries a
+// token, finds the table's listing in the lock's fence row, which it reads
+// FOR SHARE anyway (fenced_strict, fenced_permissive: pgadvisory.fenced_table's
+// copy, kept in step by a trigger on fenced_table, whoever writes it). A
+// table with the triggers of a listed table's lock, written with that
+// lock's current token, works only while fenced_table lists it with that
+// lock and policy: not before it is listed, not listed with another policy
+// or lock, not after it is unlisted or fenced_table is emptied. The table's
+// owner is an application role.
+func TestFencedTableListingStatementTrigger(t *testing.T) {
+	db := migrated.UpTo(t, 1<<30) // a database of its own: this test empties fenced_table
+	role := fencing.AppRole(t, db)
+	schema := "fsch"
+	_, err := db.Exec(`CREATE SCHEMA ` + schema)
+	require.NoError(t, err)
+	lock, otherLock := testdb.Key(t), testdb.Key(t)
+	listed := fencing.Table(t, db, schema, "listed", lock, "strict")
+	other := schema + ".other"
+	_, err = db.Exec(`CREATE TABLE ` + other + ` (id int PRIMARY KEY, balance int NOT NULL);
+		INSERT INTO ` + other + ` VALUES (1, 0)`)
+	require.NoError(t, err)
+	args := fmt.Sprintf("'%d', 'strict'", lock)
+	fenceTriggersByHand(t, db, other, args)
+	_, err = db.Exec(`ALTER TABLE ` + other + ` OWNER TO ` + role)
+	require.NoError(t, err)
+	var token sql.NullInt64
+	require.NoError(t, db.QueryRow(`SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, lock).Scan(&token))
+	require.False(t, token.Valid, "a listed lock's fence row exists before its first publish, with no token")
+	tok := fencing.Publish(t, db, lock)
+	update := func(table string) error { return fencing.Write(db, tok, `UPDATE `+table+` SET balance = balance + 1`) }
+	register := func(lock int64, policy string) {
+		t.Helper()
+		_, err := db.Exec(`SELECT pgadvisory.fence_register($1, $2, $3, '{}')`, other, fmt.Sprint(lock), policy)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, update(listed), "the control: a listed table")
+	sqlstate.Require(t, update(other), "42501", "not listed, its lock's current token")
+	register(lock, "permissive")
+	sqlstate.Require(t, update(other), "42501", "listed with another policy")
+	register(otherLock, "strict")
+	sqlstate.Require(t, update(other), "42501", "listed with another lock")
+	register(lock, "strict")
+	require.NoError(t, update(other), "listed with its triggers' lock and policy")
+	_, err = db.Exec(`SELECT pgadvisory.fence_unregister($1)`, other)
+	require.NoError(t, err)
+	sqlstate.Require(t, update(other), "42501", "unlisted again")
+	register(lock, "strict")
+	require.NoError(t, update(other), "listed again")
+	_, err = db.Exec(`TRUNCATE pgadvisory.fenced_table`)
+	require.NoError(t, err)
+	sqlstate.Require(t, update(other), "42501", "fenced_table emptied")
+	sqlstate.Require(t, update(listed), "42501", "fenced_table emptied")
+}
+
+// A database migrated from before 00008 gets the copy of its fenced tables'
+// listing in the fence rows: the tables that 00008 lists (fenced by hand,
+// as lockgen fence's earlier migrations did, token published before the
+// migration) are in their lock's fence row.
+func TestFenceRowListsTablesFencedBeforeMigrating(t *testing.T) {
+	db := migrated.UpTo(t, 7)
+	lock := testdb.Key(t)
+	table := "fsch.accounts"
+	_, err := db.Exec(`CREATE SCHEMA fsch; CREATE TABLE ` + table + ` (id int PRIMARY KEY, balance int NOT NULL)`)
+	require.NoError(t, err)
+	fenceByHand(t, db, table, fmt.Sprintf("'%d', 'strict'", lock))
+	tok := publish(t, db, lock)
+	require.NoError(t, pgadvisory.Migrate(testdb.Context(t), db))
+	var listed bool
+	require.NoError(t, db.QueryRow(`SELECT $2::regclass::oid = ANY (fenced_strict) FROM pgadvisory.fence WHERE lock_id = $1`, lock, table).Scan(&listed))
+	require.True(t, listed, "the fence row lists the table")
+	require.NoError(t, fencing.Write(db, tok, `INSERT INTO `+table+` (id, balance) VALUES (1, 0)`))
 }

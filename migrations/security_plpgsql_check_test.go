@@ -21,15 +21,17 @@ var plpgsqlCheckAllowed = map[[2]string]string{
 
 // plpgsqlFindings runs plpgsql_check (security and extra warnings on) on
 // every PL/pgSQL function of schema: trigger functions against a probe
-// table with the columns lockgen's triggers read, fence_check_statement
-// with its transition tables. It returns "function: level: message (line)"
+// table with the columns lockgen's triggers read (fenced_table_sync against
+// pgadvisory.fenced_table, its table), fence_check_statement with its
+// transition tables. It returns "function: level: message (line)"
 // for each error, warning and security warning that plpgsqlCheckAllowed does not list.
 func plpgsqlFindings(t *testing.T, db *sql.DB, schema string) []string {
 	t.Helper()
 	rows, err := db.Query(`SELECT p.oid::regprocedure::text, r.level, r.message, COALESCE(r.lineno, 0)
 		FROM pg_proc AS p JOIN pg_language AS l ON l.oid = p.prolang AND l.lanname = 'plpgsql'
 		CROSS JOIN LATERAL plpgsql_check_function_tb(p.oid,
-			CASE WHEN p.prorettype = 'trigger'::regtype THEN 'public.plpgsql_check_probe'::regclass ELSE 0 END,
+			CASE WHEN p.oid = 'pgadvisory.fenced_table_sync()'::regprocedure THEN 'pgadvisory.fenced_table'::regclass
+				WHEN p.prorettype = 'trigger'::regtype THEN 'public.plpgsql_check_probe'::regclass ELSE 0 END,
 			oldtable => CASE WHEN p.proname = 'fence_check_statement' THEN 'fence_old' END,
 			newtable => CASE WHEN p.proname = 'fence_check_statement' THEN 'fence_new' END,
 			security_warnings => true, extra_warnings => true) AS r

@@ -81,9 +81,16 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     statement, pgadvisory.lease_release vacates one at once;
 //   - 00010_semaphore: limited locks ([Locker.RunLimited]):
 //     pgadvisory.slot_id, the SQL twin of keyspace.SlotID;
-//     pgadvisory.slot_acquire takes a free slot and reads the lock's limit
-//     registered in pgadvisory.slot_limit, which pgadvisory.slot_register
-//     writes; the view pgadvisory.slot_status counts held slots.
+//     the lock's limit is registered in pgadvisory.slot_limit, which
+//     pgadvisory.slot_register writes and pgadvisory.slot_registered reads
+//     with a fresh snapshot; the view pgadvisory.slot_status counts held
+//     slots;
+//   - 00011_waiting: waiting without a connection, in arrival order
+//     ([WithWait] on transaction locks): pgadvisory.waiter queues the
+//     waiting calls of each lock with an expiry on the database's clock;
+//     pgadvisory.wait_try takes the lock for the head of the queue (or a
+//     first try when nobody waits) and wakes the next waiter at commit
+//     (NOTIFY pgadvisory_wait), pgadvisory.wait_leave removes a call's row.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and checks in the catalogs that the objects of the applied

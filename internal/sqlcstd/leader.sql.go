@@ -11,7 +11,9 @@ import (
 )
 
 const currentLeader = `-- name: CurrentLeader :one
-SELECT holder, term, pid, elected_at FROM pgadvisory.current_leader($1::bigint)
+SELECT l.holder, l.term, l.pid, l.elected_at,
+       COALESCE(pgadvisory.lease_expires(l.lock_id, l.term), l.elected_at) AS expires_at
+FROM pgadvisory.current_leader($1::bigint) AS l
 `
 
 type CurrentLeaderRow struct {
@@ -19,10 +21,13 @@ type CurrentLeaderRow struct {
 	Term      int64
 	Pid       int32
 	ElectedAt time.Time
+	ExpiresAt time.Time
 }
 
 // The leader of a lock now (pgadvisory.current_leader, migration 00007):
 // no row when none leads.
+// A lease leader (pid 0) comes with its lease's expiry; a session-lock
+// leader's expires_at is elected_at, never read (so that it is not NULL).
 func (q *Queries) CurrentLeader(ctx context.Context, db DBTX, lockID int64) (CurrentLeaderRow, error) {
 	row := db.QueryRowContext(ctx, currentLeader, lockID)
 	var i CurrentLeaderRow
@@ -31,6 +36,7 @@ func (q *Queries) CurrentLeader(ctx context.Context, db DBTX, lockID int64) (Cur
 		&i.Term,
 		&i.Pid,
 		&i.ElectedAt,
+		&i.ExpiresAt,
 	)
 	return i, err
 }

@@ -10,14 +10,16 @@ import (
 	"time"
 )
 
-// lockgen fencing: the published (current) token per advisory-lock ID. A holder publishes with INSERT .. ON CONFLICT (lock_id) DO UPDATE .. WHERE fence.token < excluded.token; the fence triggers accept only writes carrying this token and read the row FOR SHARE, so a publish waits for writes still in flight with the previous token.
+// lockgen fencing: the published (current) token per advisory-lock ID. A holder publishes with INSERT .. ON CONFLICT (lock_id) DO UPDATE .. WHERE fence.token IS NULL OR fence.token < excluded.token; the fence triggers accept only writes carrying this token and read the row FOR SHARE, so a publish waits for writes still in flight with the previous token. token and published_at are NULL while the lock never published (its row was made when a table was listed as fenced by it). fenced_strict, fenced_permissive: the tables pgadvisory.fenced_table lists with this plain lock's ID and that policy, kept in step by the trigger fenced_table_sync on fenced_table.
 type PgadvisoryFence struct {
-	LockID      int64
-	Token       int64
-	PublishedAt time.Time
+	LockID           int64
+	Token            sql.NullInt64
+	PublishedAt      sql.NullTime
+	FencedStrict     []interface{}
+	FencedPermissive []interface{}
 }
 
-// lockgen fencing: the tables fenced by a lock, written by pgadvisory.fence_register and fence_unregister (owner only). relid is the table; lock, policy and columns are the arguments its fence triggers must carry (lock: the ID of a plain lock, the name of a parameterized one; columns: the parameter columns in declaration order). The fence trigger functions that run as their owner refuse a table not listed here with their arguments.
+// lockgen fencing: the tables fenced by a lock, written by pgadvisory.fence_register and fence_unregister (owner only). relid is the table (regclass, so that a logical dump and restore keeps the listing); lock, policy and columns are the arguments its fence triggers must carry (lock: the ID of a plain lock, the name of a parameterized one; columns: the parameter columns in declaration order). The fence trigger functions that run as their owner refuse a table not listed here with their arguments.
 type PgadvisoryFencedTable struct {
 	Relid        interface{}
 	Lock         string
@@ -33,6 +35,12 @@ type PgadvisoryLeader struct {
 	Term      int64
 	Pid       int32
 	ElectedAt time.Time
+}
+
+// lockgen leader election: the newest term of each lock whose session-lock leader resigned (pgadvisory.leader_resign). current_leader and the status view name no leader row whose term is at most this one. Written only by leader_resign.
+type PgadvisoryLeaderResigned struct {
+	LockID int64
+	Term   int64
 }
 
 // lockgen leases: the lease of each lock that was ever leased (pgadvisory.lease_acquire). holder names the holder; owner_secret is the SHA-256 digest of its owner secret; term is its term (the lock's fencing token when it was taken); since and expires_at are on the database's clock (clock_timestamp()). A row with a NULL owner_secret or an expires_at in the past is vacant. Written only by lease_acquire, lease_renew and lease_release.
@@ -111,4 +119,11 @@ type PgadvisoryStatus struct {
 	LeaderHolder    sql.NullString
 	LeaderTerm      sql.NullInt64
 	LeaderSince     sql.NullTime
+}
+
+// lockgen waiting calls: one row per call waiting for a transaction lock, in arrival order (seq), with its expiry on the database's clock (a waiter that went away blocks no one once it passed). Written only by pgadvisory.wait_try and pgadvisory.wait_leave; readable by any role.
+type PgadvisoryWaiter struct {
+	LockID  int64
+	Seq     int64
+	Expires time.Time
 }

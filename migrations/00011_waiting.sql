@@ -1,0 +1,231 @@
+-- lockgen waiting without a connection, in arrival order.
+--
+-- A call that waits for a transaction lock (WithWait) does not wait in the
+-- server's lock queue, which holds a connection per waiter: it tries, and
+-- when the lock is held it joins the queue of the lock in
+-- pgadvisory.waiter, gives its connection back, and tries again when woken
+-- (NOTIFY) or at its polling interval.
+--
+--   * pgadvisory.waiter has one row per waiting call: the lock, the call's
+--     place in the queue (seq, from an identity: the order in which the
+--     calls joined) and its expiry on the database's clock, which each try
+--     moves forward. A row whose expiry passed is a waiter that went away
+--     (its process died, its link broke): it no longer blocks the queue.
+--   * wait_try(lock_id, seq, ttl_ms) is a waiting call's lock statement,
+--     run in the lock transaction. The head of the queue is its live row
+--     with the smallest seq. With seq NULL (the call's first try) it takes
+--     the lock only when no live waiter is queued; with the call's seq, only
+--     when that row is the head; in both cases with
+--     pg_try_advisory_xact_lock. Granted, it deletes the call's row (in the
+--     lock transaction: the next waiter becomes the head when the lock is
+--     released) and, when another live waiter is queued, sends
+--     NOTIFY pgadvisory_wait with 'lock_id:seq' of the next one: delivered when the lock
+--     transaction commits, that is when the lock is released (a rollback
+--     sends nothing; the caller then calls wait_leave). Not granted, it
+--     refreshes the call's row (expiry = clock_timestamp() + ttl) or
+--     inserts it (seq NULL, or the row was removed as expired), and the
+--     caller commits that. It returns (granted, seq, head), head
+--     telling whether the call is now first in the queue. On a hot standby it
+--     writes nothing and returns (false, seq): the caller refuses the
+--     standby.
+--   * A holder that did not come through the queue (a call without
+--     WithWait, a waiting call's first try that found the queue empty, a
+--     session lock, a SQL job) sends no NOTIFY when it releases the lock:
+--     it does not know that waiters queued after it took the lock, and
+--     finding out would cost every uncontended call. So the head of the
+--     queue waits for such a holder on the server: wait_try with the
+--     call's seq and p_block_ms > 0, at the head and finding the lock
+--     held, waits for it with pg_advisory_xact_lock for at most p_block_ms
+--     (lock_timeout, set for that statement only, and never more than half
+--     of p_ttl_ms, so that the row, whose refresh is not committed yet,
+--     stays live meanwhile, nor than half of statement_timeout when that
+--     is set). The server grants it the lock the moment the holder's
+--     transaction ends. Only the head does this, so at most one call per
+--     lock waits on the server, on one connection. While a holder that
+--     came through the queue holds the lock, its row (deleted, not yet
+--     committed) still comes first for everyone else: nobody is the head,
+--     nobody waits on the server, and its NOTIFY wakes the next one.
+--   * wait_leave(lock_id, seq) removes a call's row (a canceled or failed
+--     wait) and wakes the head of the queue, when there is one (the same
+--     NOTIFY).
+--
+-- pgadvisory.waiter is UNLOGGED: its rows live for seconds, and a
+-- transaction that writes only them commits without waiting for a WAL
+-- flush (a waiter's tries, a granted waiter's lock transaction when fn
+-- writes nothing). After a crash or on a promoted standby the table is
+-- empty: the waiters join again, at the end, in the order of their next
+-- tries.
+--
+-- An uncontended call never reads the queue: only a waiting call's tries
+-- do. Rows of waiters that expired more than a minute ago are removed by
+-- the next call that joins the queue of the same lock, without waiting for
+-- rows that another transaction has locked (SKIP LOCKED).
+--
+-- wait_try and wait_leave are SECURITY DEFINER (callers need no privilege
+-- on pgadvisory.waiter) and executable by PUBLIC, as every waiting call
+-- uses them. Every function pins search_path = pg_catalog, pg_temp,
+-- lockgen's names are schema-qualified, operators are written
+-- OPERATOR(pg_catalog.op) and casts ::pg_catalog.type.
+--
+-- Errors (messages start with "pgadvisory: "): 22023 a NULL lock ID or a
+-- ttl outside 1ms..1h.
+--
+-- Written for PostgreSQL 13 and later.
+
+-- +goose Up
+CREATE UNLOGGED TABLE pgadvisory.waiter (
+    lock_id bigint NOT NULL,
+    seq     bigint GENERATED ALWAYS AS IDENTITY,
+    expires timestamptz NOT NULL,
+    PRIMARY KEY (lock_id, seq)
+);
+
+COMMENT ON TABLE pgadvisory.waiter IS
+'lockgen waiting calls: one row per call waiting for a transaction lock, in arrival order (seq), with '
+'its expiry on the database''s clock (a waiter that went away blocks no one once it passed). Written '
+'only by pgadvisory.wait_try and pgadvisory.wait_leave; readable by any role.';
+
+REVOKE ALL ON TABLE pgadvisory.waiter FROM PUBLIC;
+GRANT SELECT ON TABLE pgadvisory.waiter TO PUBLIC;
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint DEFAULT 0,
+    OUT granted boolean, OUT seq bigint, OUT head boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_head  bigint;
+    v_block bigint;
+    v_lt    text;
+    v_st    text;
+BEGIN
+    IF p_lock_id IS NULL OR p_ttl_ms IS NULL
+       OR p_ttl_ms OPERATOR(pg_catalog.<) 1 OR p_ttl_ms OPERATOR(pg_catalog.>) 3600000 THEN
+        RAISE EXCEPTION 'pgadvisory: wait_try needs a lock ID and a ttl of 1 to 3600000 ms (got %)', p_ttl_ms
+            USING ERRCODE = '22023';
+    END IF;
+    granted := false;
+    head := false;
+    seq := p_seq;
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RETURN;
+    END IF;
+    IF seq IS NOT NULL THEN
+        UPDATE pgadvisory.waiter AS w
+           SET expires = v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
+         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) p_seq;
+        IF NOT FOUND THEN
+            seq := NULL; -- removed as expired: join again, at the end
+        END IF;
+    END IF;
+    SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
+     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.expires OPERATOR(pg_catalog.>) v_now
+     ORDER BY w.seq LIMIT 1;
+    IF (seq IS NULL AND v_head IS NULL) OR (seq IS NOT NULL AND v_head OPERATOR(pg_catalog.=) seq) THEN
+        head := true;
+        granted := pg_catalog.pg_try_advisory_xact_lock(p_lock_id);
+        v_block := LEAST(COALESCE(p_block_ms, 0), p_ttl_ms OPERATOR(pg_catalog./) 2);
+        IF NOT granted AND seq IS NOT NULL AND v_block OPERATOR(pg_catalog.>) 0 THEN
+            -- The holder did not come through the queue (its row would
+            -- come first otherwise) and sends no NOTIFY: wait for it here.
+            v_st := pg_catalog.current_setting('statement_timeout');
+            IF v_st OPERATOR(pg_catalog.<>) '0' THEN
+                v_block := LEAST(v_block, (pg_catalog.date_part('epoch', v_st::pg_catalog.interval)
+                    OPERATOR(pg_catalog.*) 500::pg_catalog.float8)::pg_catalog.int8);
+            END IF;
+            v_lt := pg_catalog.current_setting('lock_timeout');
+            BEGIN
+                PERFORM pg_catalog.set_config('lock_timeout', GREATEST(v_block, 1)::pg_catalog.text OPERATOR(pg_catalog.||) 'ms', true);
+                PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
+                PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
+                granted := true;
+            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+                granted := false; -- the subtransaction's end restored lock_timeout
+            END;
+            v_now := pg_catalog.clock_timestamp();
+        END IF;
+        IF granted THEN
+            IF seq IS NOT NULL THEN
+                DELETE FROM pgadvisory.waiter AS w
+                 WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
+                -- Wake the next waiter when this transaction commits,
+                -- that is when the lock is released.
+                SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
+                 WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
+                   AND w.seq OPERATOR(pg_catalog.<>) seq AND w.expires OPERATOR(pg_catalog.>) v_now
+                 ORDER BY w.seq LIMIT 1;
+                IF v_head IS NOT NULL THEN
+                    PERFORM pg_catalog.pg_notify('pgadvisory_wait',
+                        p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_head::pg_catalog.text);
+                END IF;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    IF seq IS NULL THEN
+        DELETE FROM pgadvisory.waiter AS w
+         WHERE w.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+            SELECT x.ctid FROM pgadvisory.waiter AS x
+             WHERE x.lock_id OPERATOR(pg_catalog.=) p_lock_id
+               AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
+             FOR UPDATE SKIP LOCKED));
+        INSERT INTO pgadvisory.waiter AS w (lock_id, expires)
+        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
+        RETURNING w.seq INTO seq;
+        head := v_head IS NULL;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint) IS
+'lockgen waiting calls: the lock statement of a waiting transaction lock. Takes the lock '
+'(pg_try_advisory_xact_lock) only for the head of its queue (p_seq), or for a first try (p_seq NULL) '
+'when no live waiter is queued; the head finding the lock held by a holder that did not queue waits for it '
+'(pg_advisory_xact_lock) at most p_block_ms, half of p_ttl_ms and half of statement_timeout; granted, '
+'removes the caller''s row and notifies pgadvisory_wait '
+'(delivered at commit) when another waiter is queued; not granted, refreshes or inserts the caller''s '
+'row with an expiry of p_ttl_ms. Returns (granted, seq, head: first in the queue). SECURITY DEFINER: callers need no privilege '
+'on pgadvisory.waiter.';
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_leave(p_lock_id bigint, p_seq bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_head bigint;
+BEGIN
+    DELETE FROM pgadvisory.waiter AS w
+     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) p_seq;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
+     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
+       AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+     ORDER BY w.seq LIMIT 1;
+    IF v_head IS NOT NULL THEN
+        PERFORM pg_catalog.pg_notify('pgadvisory_wait',
+            p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_head::pg_catalog.text);
+    END IF;
+    RETURN true;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_leave(bigint, bigint) IS
+'lockgen waiting calls: removes the queue row p_seq of p_lock_id (a wait that ended without the lock) '
+'and notifies pgadvisory_wait when another waiter is queued. Returns whether the row existed. '
+'SECURITY DEFINER: callers need no privilege on pgadvisory.waiter.';
+
+-- +goose Down
+DROP FUNCTION pgadvisory.wait_leave(bigint, bigint);
+DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint);
+DROP TABLE pgadvisory.waiter;
