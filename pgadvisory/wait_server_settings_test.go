@@ -44,7 +44,7 @@ func TestWaitOutlastsServerTimeouts(t *testing.T) {
 					key := testdb.Key(t)
 					ctx := testdb.Context(t)
 					done := holdUntilWaited(t, w, url, key, "%pg_advisory_lock%")
-					err := door.RunSession(ctx, key, func(context.Context) error {
+					err := door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 						require.Equal(t, 1, len(w.Holds(t, key)))
 						return nil
 					}, pgadvisory.WithWait(wait))

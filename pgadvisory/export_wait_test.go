@@ -1,0 +1,17 @@
+package pgadvisory
+
+import "time"
+
+// ServerQueueForTest makes l's waiting calls wait in the server's lock
+// queue, as on a database without migration 00011: the baseline of the
+// hand-off benchmark.
+func ServerQueueForTest[TTx any](l *Locker[TTx]) { l.s.noQueue.Store(true) }
+
+// ServerWaitBudgetForTest sets how many heads of l's queues may wait on
+// the server at once, in place of the one from its pool's size (n <= 0:
+// back to that one).
+func ServerWaitBudgetForTest[TTx any](l *Locker[TTx], n int32) { l.s.serverWaits.budget.Store(n) }
+
+// PollGapForTest sets the spacing of l's poll slots in place of
+// time.Second/pollRate (before l is used; d <= 0: back to that one).
+func PollGapForTest[TTx any](l *Locker[TTx], d time.Duration) { l.s.polls.gap = d }

@@ -1,0 +1,110 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// TestSessionQueuedPollsBounded: 200 RunSession calls with WithWait(0) on
+// one Locker wait in lockgen's queue for 200 keys that another backend
+// holds (no release, so no wake-up: they only poll, each every heartbeat
+// of the check interval, 100ms here). Over a window, the statements on
+// the Locker's connections stay within the rate of its poll slots (20/s
+// here, in place of the default 200/s so the bound is far from what the
+// machine can do; 2 round trips a poll) with slack, while the waiters' rows stay live (their
+// expiry grows with the stretched polling: every waiter keeps its turn).
+// Canceling ctx ends every waiter though most wait for a slot seconds
+// ahead, and leaves no row behind. Control: the same Locker with slots
+// 1ns apart (no bound) sends many times more.
+func TestSessionQueuedPollsBounded(t *testing.T) {
+	const (
+		n        = 200
+		gap      = 50 * time.Millisecond
+		window   = 2 * time.Second
+		interval = 500 * time.Millisecond // heartbeat 100ms: 2,000 polls/s unbounded
+	)
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	ctx := testdb.Context(t)
+	keys := make([]int64, n)
+	base := testdb.Key(t) << 8
+	for i := range keys {
+		keys[i] = base + int64(i)
+	}
+	holder, err := admin.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close() })
+	_, err = holder.ExecContext(ctx, `SELECT pg_advisory_lock(k) FROM unnest($1::bigint[]) AS k`, keys)
+	require.NoError(t, err)
+
+	// polls runs the waiters with slots d apart and returns the round
+	// trips of the Locker's connections over the window.
+	polls := func(t *testing.T, d time.Duration) int64 {
+		c := wirecount.New()
+		pool := testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
+			cfg.MaxConns = 4
+			cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
+			cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+		})
+		l, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithSessionConns(2), pgadvisory.WithDefaultCheckInterval(interval))
+		require.NoError(t, err)
+		pgadvisory.PollGapForTest(l, d)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for _, key := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- l.RunSession(wctx, pgadvisory.ID(key), func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+			}()
+		}
+		require.Eventually(t, func() bool { return waitingFor(t, w, keys) == n }, 30*time.Second, 20*time.Millisecond, "every call waits")
+		time.Sleep(interval) // past the first tries
+		before := c.RoundTrips()
+		time.Sleep(window)
+		got := c.RoundTrips() - before
+		require.Equal(t, n, waitingFor(t, w, keys), "every waiter's row is live after the window")
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		frontdoor.Await(t, done, "every waiter returns on ctx")
+		close(errs)
+		for err := range errs {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		require.Eventually(t, func() bool { return queueRowsOf(t, w, keys) == 0 }, 10*time.Second, 10*time.Millisecond, "no row is left behind")
+		return got
+	}
+	// A poll is one statement on a shared connection; on the wire it
+	// counted 1.3-2 round trips here (5153 slots: 6521 round trips; 28
+	// slots: 58), so the bound allows 2 per poll, with half again as
+	// many polls as slack.
+	bound := 2*int64(window/gap)*3/2 + 10
+	limited := polls(t, gap)
+	unbounded := polls(t, time.Nanosecond)
+	t.Logf("round trips in %v with %d waiters: %d with a poll slot every %v (bound %d), %d without a bound", window, n, limited, gap, bound, unbounded)
+	require.LessOrEqual(t, limited, bound, "the Locker's polls stay within its poll rate")
+	require.Greater(t, unbounded, 4*bound, "control: without the bound the waiters poll many times more")
+}
+
+// queueRowsOf counts the rows of lockgen's queue for keys, live or not.
+func queueRowsOf(t testing.TB, w *witness.Witness, keys []int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, w.DB.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = ANY($1)`, keys).Scan(&n))
+	return n
+}

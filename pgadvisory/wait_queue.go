@@ -1,0 +1,647 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Waiting without a connection, in arrival order (migrations/00011_waiting.sql).
+//
+// A transaction-lock call with WithWait on one exclusive lock (RunExclusive,
+// RunOnce; not fenced, not a set, not shared) does not wait in the server's
+// lock queue. Its first try is its lock transaction's statement
+// pgadvisory.wait_try with no place in the queue: it takes the lock, in
+// the round trips of a call that does not wait, when the lock is free and
+// nobody is queued for it. Otherwise the same statement puts the call at
+// the end of the lock's queue (a row of pgadvisory.waiter), the
+// transaction commits that row, and the connection goes back to the pool.
+// The call then sleeps until it is woken or its polling interval passes,
+// and tries again (wait_try with its place): only the head of the queue
+// may take the lock, and it leaves the queue in the lock transaction.
+//
+// Wake-ups: a call granted at the head of its queue sends NOTIFY
+// pgadvisory_wait ("lockID:seq" of the next waiter) from its lock
+// transaction when another waiter is queued, delivered when that
+// transaction commits, that is when the lock is released; a wait that ends
+// without the lock (ctx, timeout, an error) leaves the queue with
+// wait_leave, which notifies the head. Only the named waiter wakes.
+// One listening connection per Locker (waitHub) receives them while some
+// call waits. Where LISTEN cannot work (a pooler between the client and
+// the server, or a database/sql driver other than pgx's), and for a holder
+// that died or rolled back, the waiters poll: the head of a queue from
+// 1ms doubling to waitPollMax, the others at their heartbeat.
+//
+// A holder that took the lock without queueing sends no NOTIFY (it does
+// not know that waiters came after it, and asking would cost every
+// uncontended call): the head of the queue, finding the lock held, waits
+// for it on the server in its try, for at most blockMS, and is granted as
+// the holder's transaction ends. A holder that came through the queue
+// never makes anyone wait so: its row, deleted but not committed, still
+// comes first for the others until it releases. Such a try holds a pool
+// connection while it waits: a Locker lets at most serverWaitBudget of its
+// heads wait so at once, and none while its pool has no connection to
+// spare besides the try's; the others poll (see serverWaits).
+//
+// A waiter's row expires on the database's clock (waitTTL of the Locker's
+// check interval) unless its tries refresh it (every waitHeartbeat): a
+// waiter that went away blocks the queue until its row expires and the
+// next waiter's poll sees it, less than one check interval. The polls of
+// a Locker's waiters pass its pollGate (poll_gate.go), which bounds how
+// many it sends per second; the rows' expiry grows with the number of
+// its waiters (rowTTL), and so does how long a gone waiter blocks the queue.
+
+// waitPollMax bounds the polling interval of the head of a queue.
+const waitPollMax = 50 * time.Millisecond
+
+// waitTTL is the expiry of a queue row after each try: 3/4 of the check
+// interval, so that with waitHeartbeat a gone waiter blocks the next one
+// for less than one check interval.
+func waitTTL(interval time.Duration) time.Duration { return interval * 3 / 4 }
+
+// waitHeartbeat is the longest sleep of a waiter that is not at the head.
+func waitHeartbeat(interval time.Duration) time.Duration { return interval / 5 }
+
+// The statements of a queued wait. wait_try's third parameter is the row's
+// expiry in milliseconds, its fourth how long the head of the queue may
+// wait on the server for a holder that did not come through the queue
+// (see queueState.blockMS).
+const (
+	waitTrySQL = `SELECT g.granted, pg_catalog.pg_is_in_recovery(), g.seq, g.head ` +
+		`FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+	// waitTryOnceSQL is waitTrySQL for a run-once call: it sets
+	// pgadvisory.granted for the claim that follows (see lockShape.granted).
+	waitTryOnceSQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END, ` +
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+	waitLeaveSQL = `SELECT pgadvisory.wait_leave($1::bigint, $2::bigint)`
+)
+
+// waitChannel is the channel of wait_try's and wait_leave's NOTIFY.
+const waitChannel = "pgadvisory_wait"
+
+// queueState is a queued call's place in its lock's queue.
+type queueState struct {
+	seq   sql.NullInt64 // the call's row; invalid before it joined
+	head  sql.NullBool  // the last try found the call first in the queue
+	ttlMS int64
+	// commitTimeout bounds the COMMIT of a try that was not granted,
+	// which ctx does not interrupt (see keep).
+	commitTimeout time.Duration
+	// deadline is when WithWait's timeout passes (zero: none).
+	deadline time.Time
+	// block: the call holds one of its Locker's server-wait slots (of
+	// slots) for its next try, which may then wait on the server (see
+	// blockMS), until that try's lock statement returns (unblock).
+	block bool
+	slots *serverWaits
+}
+
+// unblock gives back the call's server-wait slot, if it holds one: its
+// try's lock statement returned.
+func (q *queueState) unblock() {
+	if q.block {
+		q.block = false
+		q.slots.release()
+	}
+}
+
+// blockMS is how long the call's next try may wait on the server when it
+// is the head of the queue and the lock is held by a holder that did not
+// come through the queue, which sends no NOTIFY when it releases: half
+// the row's expiry (wait_try caps it there too, so that the row stays
+// live meanwhile), within WithWait's timeout. A first try (no place yet)
+// never waits: it only joins; nor does a try without a server-wait slot
+// (see serverWaits.acquire).
+func (q *queueState) blockMS() int64 {
+	if !q.seq.Valid || !q.block {
+		return 0
+	}
+	ms := q.ttlMS / 2
+	if !q.deadline.IsZero() {
+		ms = min(ms, time.Until(q.deadline).Milliseconds())
+	}
+	return max(0, ms)
+}
+
+// queued reports whether c waits in lockgen's queue rather than in the
+// server's: a waiting transaction lock on one exclusive, unfenced,
+// unlimited ID in a read-write transaction, on a Locker whose database
+// has the queue.
+func (c *callState) queued() bool {
+	return c.wait && !c.session && !c.readOnly && !c.shared && !c.fencing && c.lim == nil && len(c.ids) == 1 &&
+		c.locker != nil && !c.locker.noQueue.Load()
+}
+
+// statement is a queued call's lock statement.
+func (q *queueState) statement(c *callState) lockStatement {
+	query := waitTrySQL
+	if c.runOnce {
+		query = waitTryOnceSQL
+	}
+	var seq any
+	if q.seq.Valid {
+		seq = q.seq.Int64
+	}
+	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS()}, extra: []any{&q.seq, &q.head}}
+}
+
+// rowTTL is the expiry of the call's row after its next try: ttlMS, plus
+// twice the cycle of the Locker's poll slots (polls), which stretches the
+// interval between a waiter's tries when many wait; without it their
+// rows would expire between tries and they would lose their turn. Within
+// wait_try's bound of an hour.
+func (q *queueState) rowTTL(polls *pollGate) int64 {
+	return min(q.ttlMS+2*polls.cycle().Milliseconds(), 3600000)
+}
+
+// keep commits a queued call's transaction that was not granted: the
+// call's row (joined, refreshed) must outlive it. The COMMIT runs to its
+// end even when ctx ends meanwhile (bounded by the check timeout), as
+// database/sql's does: a COMMIT that ctx interrupts while it is being
+// written leaves the transaction open on the server, holding the row,
+// until the connection is gone (pgx over TLS cannot send Terminate after
+// an interrupted write, and waits up to 15s for the server to hang up),
+// and wait_leave, which must remove that row, waits for it meanwhile.
+func (q *queueState) keep(ctx context.Context, d txDriver) txOutcome {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.commitTimeout)
+	defer cancel()
+	if _, err := d.commit(cctx); err != nil {
+		return stepFailed(ctx, OpLock, err)
+	}
+	return txOutcome{end: txLocked}
+}
+
+// noQueueSchema reports the errors of a database without lockgen's queue
+// (migrations before 00011, a role that may not use it, a server that
+// does not support its statement): such a Locker's waiting calls wait in
+// the server's queue, as before.
+func noQueueSchema(err error) bool {
+	switch SQLState(err) {
+	case "3F000": // no schema pgadvisory
+		return true
+	case "42883", "42501", "0A000": // no wait_try, no right to call it, or a server that cannot run it
+		return strings.Contains(err.Error(), "pgadvisory.wait_try")
+	}
+	return false
+}
+
+// waitPath is what a queued wait needs from its driver besides the
+// protocol: a statement on any pool connection, and a listening
+// connection (nil: the driver cannot listen).
+type waitPath struct {
+	exec   func(ctx context.Context, query string, args ...any) error
+	listen func(ctx context.Context) (notifyConn, error)
+}
+
+// serverWaits bounds how many heads of a Locker's queues wait on the
+// server at once (each on a pool connection): with many locks held
+// by holders that did not queue, their heads would otherwise take every
+// connection of the pool, again at each try, and starve the pool's other
+// users. A head that gets no slot at once polls as before; it never waits
+// for a slot. A slot is held from the try's start until its lock
+// statement returns, granted or not, not while fn runs.
+type serverWaits struct {
+	n atomic.Int32
+	// budget overrides serverWaitBudget when positive (tests).
+	budget atomic.Int32
+	// pool is the Locker's pool (*sql.DB, *pgxpool.Pool), set by New.
+	pool any
+}
+
+// room reports the pool's size (0: unlimited) and whether it has a
+// connection to spare besides the one the next try takes, from the pool's
+// own counters (no round trip). Another pool: no spare.
+func (w *serverWaits) room() (maxConns int, spare bool) {
+	switch p := w.pool.(type) {
+	case *pgxpool.Pool:
+		st := p.Stat()
+		return int(st.MaxConns()), st.IdleConns()+st.MaxConns()-st.TotalConns() >= 2
+	case *sql.DB:
+		st := p.Stats()
+		if st.MaxOpenConnections <= 0 {
+			return 0, true
+		}
+		return st.MaxOpenConnections, st.Idle+st.MaxOpenConnections-st.OpenConnections >= 2
+	}
+	return 0, false
+}
+
+// serverWaitBudget is the number of a Locker's heads that may wait on the
+// server at once: a quarter of the pool's connections, at least 1; 4 when
+// the pool's size is unlimited (database/sql's MaxOpenConns 0).
+func serverWaitBudget(maxConns int) int32 {
+	if maxConns <= 0 {
+		return 4
+	}
+	return int32(max(1, maxConns/4))
+}
+
+// acquire takes a slot for a head's next try if one is free and the pool
+// has a connection to spare; it never waits.
+func (w *serverWaits) acquire() bool {
+	maxConns, spare := w.room()
+	if !spare {
+		return false
+	}
+	budget := serverWaitBudget(maxConns)
+	if b := w.budget.Load(); b > 0 {
+		budget = b
+	}
+	for {
+		n := w.n.Load()
+		if n >= budget {
+			return false
+		}
+		if w.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (w *serverWaits) release() { w.n.Add(-1) }
+
+// runQueued is the transaction-lock protocol of a queued call, between its
+// observers' start and end: runTx with wait_try until granted, sleeping in
+// between without a connection. Each try runs on a new driver state from
+// attempt.
+func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() (txDriver, func() error)) error {
+	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error {
+		q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds()), commitTimeout: c.locker.checkTimeout, slots: &c.locker.serverWaits}
+		c.queue = q
+		if c.timeout > 0 {
+			q.deadline = time.Now().Add(c.timeout)
+		}
+		deadline := q.deadline
+		var sub *waitSub
+		defer func() {
+			if sub != nil {
+				c.locker.waits.unsubscribe(sub)
+				c.locker.polls.exit()
+			}
+		}()
+		next := time.Millisecond
+		for {
+			// The head of the queue, behind a holder that did not queue,
+			// may wait for it on the server in this try, if it gets a
+			// slot (see serverWaits).
+			q.block = q.seq.Valid && q.head.Bool && c.locker.serverWaits.acquire()
+			d, call := attempt()
+			o := runTx(ctx, c, d, call)
+			q.unblock() // when runTx did not get as far as the lock statement
+			if o.end == txFailed && !q.seq.Valid && noQueueSchema(o.err) {
+				// No queue in this database: wait in the server's.
+				c.locker.noQueue.Store(true)
+				c.queue = nil
+				d, call = attempt()
+				return c.txError(runTx(ctx, c, d, call))
+			}
+			if o.end != txLocked {
+				if o.end != txCommitted {
+					q.leave(ctx, c, path)
+				}
+				// The lock, if this call held it, is released: the
+				// Locker's other waiters for it try at once, NOTIFY or
+				// not (a holder that took the lock without queueing
+				// sends none).
+				c.locker.waits.wake(c.ids[0], 0, false)
+				return c.txError(o)
+			}
+			if sub == nil {
+				sub = c.locker.waits.subscribe(c.ids[0], path.listen)
+				c.locker.polls.enter()
+			}
+			sub.seq.Store(q.seq.Int64)
+			sleep := waitHeartbeat(c.locker.interval)
+			if q.head.Bool || !c.locker.waits.listening() {
+				sleep = min(sleep, next/2+rand.N(next/2+1))
+				next = min(2*next, waitPollMax)
+			}
+			if !deadline.IsZero() {
+				left := time.Until(deadline)
+				if left <= 0 {
+					q.leave(ctx, c, path)
+					return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
+				}
+				sleep = min(sleep, left)
+			}
+			t := time.NewTimer(sleep)
+			select {
+			case <-t.C:
+				// A poll: it waits for the Locker's next poll slot.
+				switch got, err := c.locker.polls.wait(ctx, deadline, sub.ch); {
+				case err != nil:
+					q.leave(ctx, c, path)
+					return c.failure(ctx, OpLock, err)
+				case got == pollDeadline:
+					q.leave(ctx, c, path)
+					return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
+				case got == pollWoken:
+					next = time.Millisecond
+				}
+			case <-sub.ch:
+				next = time.Millisecond
+			case <-ctx.Done():
+				t.Stop()
+				q.leave(ctx, c, path)
+				return c.failure(ctx, OpLock, ctx.Err())
+			}
+			t.Stop()
+		}
+	})
+}
+
+// leave removes the call's row from the queue, if it joined, even when
+// ctx is done; a failure leaves the row to expire.
+func (q *queueState) leave(ctx context.Context, c *callState, path waitPath) {
+	if !q.seq.Valid {
+		return
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.locker.checkTimeout)
+	defer cancel()
+	if path.exec(lctx, waitLeaveSQL, c.ids[0], q.seq.Int64) == nil {
+		q.seq.Valid = false
+	}
+}
+
+// notifyConn is a connection that listens on waitChannel.
+type notifyConn interface {
+	// wait returns the lock ID and the place in its queue of the waiter
+	// that the next notification wakes.
+	wait(ctx context.Context) (id, seq int64, err error)
+	close()
+}
+
+// errCannotListen: the path to the server cannot deliver notifications
+// (a pooler, or a driver without them). Waiters poll.
+var errCannotListen = errors.New("pgadvisory: cannot listen on this connection")
+
+// waitHub is a Locker's listening connection and the waiters it wakes,
+// by lock ID. The connection is opened when the first call waits and
+// closed a while after the last one stopped waiting.
+type waitHub struct {
+	mu        sync.Mutex
+	subs      map[int64]map[*waitSub]struct{}
+	n         int
+	cancel    context.CancelFunc // stops the listener; nil when none runs
+	idle      *time.Timer        // closes the listener once nobody waits
+	isListen  bool               // LISTEN is in force on the connection
+	cannot    bool               // the path cannot listen: waiters poll
+	listeners int                // listening connections opened (tests)
+}
+
+// waitSub is one waiting call's wake-up.
+type waitSub struct {
+	id  int64
+	seq atomic.Int64 // the call's place in the queue, once it joined
+	ch  chan struct{}
+}
+
+// waitLinger is how long the listening connection stays open once no call
+// waits.
+const waitLinger = 5 * time.Second
+
+// subscribe registers a waiter of lock id, and starts the listener when
+// none runs and the path may listen.
+func (h *waitHub) subscribe(id int64, listen func(context.Context) (notifyConn, error)) *waitSub {
+	s := &waitSub{id: id, ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs == nil {
+		h.subs = map[int64]map[*waitSub]struct{}{}
+	}
+	m := h.subs[id]
+	if m == nil {
+		m = map[*waitSub]struct{}{}
+		h.subs[id] = m
+	}
+	m[s] = struct{}{}
+	h.n++
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	if h.cancel == nil && !h.cannot && listen != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		h.listeners++
+		go h.run(ctx, listen)
+	}
+	return s
+}
+
+// unsubscribe removes s; the listener stops waitLinger after the last
+// waiter left, unless another one came.
+func (h *waitHub) unsubscribe(s *waitSub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m := h.subs[s.id]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(h.subs, s.id)
+		}
+	}
+	h.n--
+	if h.n == 0 && h.cancel != nil && h.idle == nil {
+		h.idle = time.AfterFunc(waitLinger, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.n == 0 && h.cancel != nil {
+				h.cancel()
+				h.cancel = nil
+			}
+			h.idle = nil
+		})
+	}
+}
+
+// listening reports whether notifications reach this Locker now.
+func (h *waitHub) listening() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.isListen
+}
+
+// wake wakes the waiter of lock id whose place is seq, or every waiter of
+// lock id when none has that place yet (the notification may come before
+// the waiter learned its place), or every waiter when all is true.
+func (h *waitHub) wake(id, seq int64, all bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	named := false
+	if !all {
+		for s := range h.subs[id] {
+			named = named || s.seq.Load() == seq
+		}
+	}
+	for sid, m := range h.subs {
+		if !all && sid != id {
+			continue
+		}
+		for s := range m {
+			if named && s.seq.Load() != seq {
+				continue
+			}
+			select {
+			case s.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// run keeps a listening connection open until ctx ends. After each
+// (re)connection every waiter is woken once, since notifications sent
+// while nobody listened are lost.
+func (h *waitHub) run(ctx context.Context, listen func(context.Context) (notifyConn, error)) {
+	for ctx.Err() == nil {
+		conn, err := listen(ctx)
+		if errors.Is(err, errCannotListen) {
+			h.mu.Lock()
+			h.cannot = true
+			h.mu.Unlock()
+			return
+		}
+		if err != nil {
+			t := time.NewTimer(time.Second)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		h.setListening(true)
+		h.wake(0, 0, true)
+		for {
+			id, seq, err := conn.wait(ctx)
+			if err != nil {
+				break
+			}
+			h.wake(id, seq, false)
+		}
+		h.setListening(false)
+		conn.close()
+	}
+}
+
+func (h *waitHub) setListening(on bool) {
+	h.mu.Lock()
+	h.isListen = on
+	h.mu.Unlock()
+}
+
+// listenSQL starts listening; backendPIDSQL compares the server's pid with
+// the one the connection announced (a pooler announces its own).
+const (
+	listenSQL     = `LISTEN ` + waitChannel
+	backendPIDSQL = `SELECT pg_catalog.pg_backend_pid()`
+)
+
+// pgxNotifyConn listens on a pgx connection of its own, outside the pool.
+type pgxNotifyConn struct{ conn *pgx.Conn }
+
+// pgxListener opens pool's listening connections: new connections with
+// the pool's configuration, which never count against its size.
+func pgxListener(pool *pgxpool.Pool) func(context.Context) (notifyConn, error) {
+	return func(ctx context.Context) (notifyConn, error) {
+		return listenWith(ctx, pool.Config().ConnConfig)
+	}
+}
+
+// listenWith opens a listening connection with a copy of cfg.
+func listenWith(ctx context.Context, cfg *pgx.ConnConfig) (notifyConn, error) {
+	cfg = cfg.Copy()
+	// A configuration read from a connection carries that connection's
+	// notification handler: this one must buffer its own.
+	cfg.OnNotification = nil
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := startListening(ctx, conn); err != nil {
+		cctx, cancel := cleanupContext(ctx)
+		_ = conn.Close(cctx)
+		cancel()
+		return nil, err
+	}
+	return &pgxNotifyConn{conn: conn}, nil
+}
+
+// startListening checks that conn reaches the server directly and listens.
+func startListening(ctx context.Context, conn *pgx.Conn) error {
+	var pid uint32
+	if err := conn.QueryRow(ctx, backendPIDSQL).Scan(&pid); err != nil {
+		return err
+	}
+	if pid != conn.PgConn().PID() {
+		return errCannotListen
+	}
+	_, err := conn.Exec(ctx, listenSQL)
+	return err
+}
+
+func (p *pgxNotifyConn) wait(ctx context.Context) (int64, int64, error) {
+	return waitNotification(ctx, p.conn)
+}
+
+func (p *pgxNotifyConn) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = p.conn.Close(ctx)
+}
+
+// waitNotification returns the lock ID and place ("id:seq") of conn's
+// next notification.
+func waitNotification(ctx context.Context, conn *pgx.Conn) (id, seq int64, err error) {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n == nil {
+			continue
+		}
+		a, b, _ := strings.Cut(n.Payload, ":")
+		id, err1 := strconv.ParseInt(a, 10, 64)
+		seq, err2 := strconv.ParseInt(b, 10, 64)
+		if err1 == nil && err2 == nil {
+			return id, seq, nil
+		}
+	}
+}
+
+// stdlibListener opens db's listening connections when its driver is
+// pgx's stdlib: new connections with the configuration of one of the
+// pool's, outside the pool, so that a listener never takes a connection
+// that the waiters' tries need (other drivers cannot listen:
+// errCannotListen).
+func stdlibListener(db *sql.DB) func(context.Context) (notifyConn, error) {
+	return func(ctx context.Context) (notifyConn, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var cfg *pgx.ConnConfig
+		_ = conn.Raw(func(dc any) error {
+			if pc, is := dc.(interface{ Conn() *pgx.Conn }); is {
+				cfg = pc.Conn().Config()
+			}
+			return nil
+		})
+		_ = conn.Close()
+		if cfg == nil {
+			return nil, errCannotListen
+		}
+		return listenWith(ctx, cfg)
+	}
+}

@@ -1,0 +1,501 @@
+package pgadvisory_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// orderInterval is the check interval of the Lockers of the order tests:
+// a waiter's row lives 3/4 of it after each try, and a waiter whose tries
+// a loaded machine delays longer than that counts as gone. 3s keeps the
+// tests about order from depending on the machine's load.
+var orderInterval = pgadvisory.WithDefaultCheckInterval(3 * time.Second)
+
+// queueDoor is a front door of driver on a pool of at most conns
+// connections that name themselves app in pg_stat_activity.
+func queueDoor(t *testing.T, driver frontdoor.Driver, app string, conns int32, opts ...pgadvisory.LockerOption) frontdoor.Door {
+	t.Helper()
+	pool := testdb.PoolConfig(t, func(c *pgxpool.Config) {
+		c.MaxConns = conns
+		c.ConnConfig.RuntimeParams["application_name"] = app
+	})
+	if driver == frontdoor.Pgx {
+		return frontdoor.OnPool(pool, opts...)
+	}
+	db := testdb.OpenDB(t, pool)
+	db.SetMaxOpenConns(int(conns))
+	return frontdoor.OnDB(db, opts...)
+}
+
+// queueRows counts the rows of lockID's queue.
+func queueRows(t *testing.T, admin *sql.DB, lockID int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1`, lockID).Scan(&n))
+	return n
+}
+
+// holdSession holds lockID at session level on a connection of admin's
+// until the returned release is called.
+func holdSession(t *testing.T, admin *sql.DB, lockID int64) (release func()) {
+	t.Helper()
+	ctx := testdb.Context(t)
+	conn, err := admin.Conn(ctx)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lockID)
+	require.NoError(t, err)
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, lockID); err != nil {
+				t.Errorf("unlock %d: %v", lockID, err) // release may run on another goroutine
+			}
+			_ = conn.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestWaitHoldsNoConnection: 20 calls wait (WithWait(0)) for a lock held
+// elsewhere on a Locker whose pool has 4 connections. All 20 are queued in
+// pgadvisory.waiter while the server shows at most 5 connections of the
+// Locker (the pool's 4 and the listening one, which is there) and at most
+// one backend waiting for the lock, the head's (the holder, a session
+// lock, sends no NOTIFY, so the head waits for it on the server); in the
+// server's queue at most 4 could wait. They were started
+// one at a time, each once the previous one was queued: released, they
+// run in that order, and the queue is empty afterwards.
+func TestWaitHoldsNoConnection(t *testing.T) {
+	admin := migrated.DB(t)
+	for _, driver := range frontdoor.Drivers {
+		t.Run(string(driver), func(t *testing.T) {
+			ctx := testdb.Context(t)
+			lockID := testdb.Key(t)
+			app := fmt.Sprintf("waitq_%d", lockID)
+			door := queueDoor(t, driver, app, 4, orderInterval)
+			release := holdSession(t, admin, lockID)
+
+			const waiters = 20
+			var mu sync.Mutex
+			var order []int
+			done := make(chan error, waiters)
+			for i := range waiters {
+				go func() {
+					done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error {
+						mu.Lock()
+						order = append(order, i)
+						mu.Unlock()
+						return nil
+					}, pgadvisory.WithWait(0))
+				}()
+				require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
+			}
+			// Every waiter queued: count the Locker's connections a few times.
+			most := 0
+			for range 10 {
+				var conns, waiting int
+				require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE wait_event = 'advisory')
+					FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&conns, &waiting))
+				// The holder is a session lock, which sends no NOTIFY: the
+				// head of the queue waits for it on the server.
+				require.LessOrEqual(t, waiting, 1, "only the head of the queue waits in the server's queue")
+				most = max(most, conns)
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.LessOrEqual(t, most, 5, "the Locker's connections while %d calls wait", waiters)
+			var listening int
+			require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = $1 AND query = 'LISTEN pgadvisory_wait'`, app).Scan(&listening))
+			require.Equal(t, 1, listening, "one connection of the Locker listens")
+			require.Equal(t, waiters, queueRows(t, admin, lockID))
+			t.Logf("%d calls queued; the Locker had at most %d connections on the server", waiters, most)
+
+			release()
+			for range waiters {
+				require.NoError(t, frontdoor.Await(t, done, "a waiter"))
+			}
+			want := make([]int, waiters)
+			for i := range want {
+				want[i] = i
+			}
+			require.Equal(t, want, order, "granted in arrival order")
+			require.Zero(t, queueRows(t, admin, lockID), "the queue is empty")
+		})
+	}
+}
+
+// TestWaitCanceledLeavesNothing: a queued call whose ctx ends returns
+// ctx's error and removes its row; one whose WithWait timeout passes
+// returns ErrLockTimeout and removes its row; one granted whose fn fails
+// (its lock transaction, which removed the row, rolls back) removes it
+// too. The lock's queue is empty after each.
+func TestWaitCanceledLeavesNothing(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
+		lockID := testdb.Key(t)
+		release := holdSession(t, admin, lockID)
+		fn := func(frontdoor.Tx) error { return errors.New("fn ran") }
+
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- door.RunExclusive(cctx, lockID, fn, pgadvisory.WithWait(0)) }()
+		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 30*time.Second, 2*time.Millisecond, "queued")
+		cancel()
+		err := frontdoor.Await(t, done, "the canceled waiter")
+		require.ErrorIs(t, err, context.Canceled)
+		require.Zero(t, queueRows(t, admin, lockID), "a canceled waiter leaves no row")
+
+		err = door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(300*time.Millisecond))
+		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+		var pe *pgadvisory.Error
+		require.True(t, errors.As(err, &pe))
+		require.Equal(t, pgadvisory.OpLock, pe.Op)
+		require.Zero(t, queueRows(t, admin, lockID), "a timed-out waiter leaves no row")
+
+		boom := errors.New("boom")
+		go func() {
+			done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error { return boom }, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 30*time.Second, 2*time.Millisecond, "queued")
+		release()
+		require.ErrorIs(t, frontdoor.Await(t, done, "the failing waiter"), boom)
+		require.Zero(t, queueRows(t, admin, lockID), "a granted waiter whose fn failed leaves no row")
+	})
+}
+
+// The waiting processes: TestWaitOrderProcesses and TestWaitKilledWaiter
+// start this test binary as TestWaitChildProcess, which starts a waiting
+// RunExclusive for each line "go J" on its stdin, each writing J to
+// wait_order in its lock transaction, and prints "ran J" or
+// "failed J: error" as each returns.
+
+// Environment of a waiting child process.
+const (
+	waitChildURL  = "LOCKGEN_WAIT_CHILD_URL"
+	waitChildSpec = "LOCKGEN_WAIT_CHILD_SPEC" // driver,lockID,check interval
+)
+
+// TestWaitChildProcess is a child of the waiting process tests. Run by
+// itself it does nothing.
+func TestWaitChildProcess(t *testing.T) {
+	url := os.Getenv(waitChildURL)
+	if url == "" {
+		t.Skip("a child process of TestWaitOrderProcesses and TestWaitKilledWaiter")
+	}
+	spec := strings.Split(os.Getenv(waitChildSpec), ",")
+	require.Len(t, spec, 3)
+	driver := spec[0]
+	lockID, err := strconv.ParseInt(spec[1], 10, 64)
+	require.NoError(t, err)
+	interval, err := time.ParseDuration(spec[2])
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	var door frontdoor.Door
+	if driver == "pgx" {
+		door = frontdoor.OnPool(pool, pgadvisory.WithDefaultCheckInterval(interval))
+	} else {
+		db := stdlib.OpenDBFromPool(pool)
+		defer db.Close()
+		door = frontdoor.OnDB(db, pgadvisory.WithDefaultCheckInterval(interval))
+	}
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	var wg sync.WaitGroup
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		var j int
+		if _, err := fmt.Sscanf(sc.Text(), "go %d", &j); err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
+				return tx.Exec(ctx, `INSERT INTO wait_order (lock_id, j) VALUES ($1, $2)`, lockID, j)
+			}, pgadvisory.WithWait(0))
+			if err != nil {
+				say("failed %d: %v", j, err)
+				return
+			}
+			say("ran %d", j)
+		}()
+	}
+	wg.Wait()
+}
+
+// waitChild is a running child process: its stdin and its stdout lines
+// (its "ran" and "failed" lines among them).
+type waitChild struct{ *childProcess }
+
+// startWaitChild starts a waiting child process on driver and lockID,
+// whose Locker has the check interval given.
+func startWaitChild(t *testing.T, driver string, lockID int64, interval time.Duration) *waitChild {
+	t.Helper()
+	return &waitChild{startChild(t, "TestWaitChildProcess",
+		waitChildURL+"="+testdb.URL(t), fmt.Sprintf("%s=%s,%d,%v", waitChildSpec, driver, lockID, interval))}
+}
+
+// start makes the child start waiter j.
+func (c *waitChild) start(t *testing.T, j int) {
+	t.Helper()
+	_, err := fmt.Fprintf(c.in, "go %d\n", j)
+	require.NoError(t, err)
+}
+
+// waitOrderTable creates the table the children's fns write to.
+func waitOrderTable(t *testing.T, admin *sql.DB) {
+	_, err := admin.Exec(`CREATE TABLE IF NOT EXISTS wait_order (n bigserial PRIMARY KEY, lock_id bigint NOT NULL, j int NOT NULL)`)
+	require.NoError(t, err)
+}
+
+// grantOrder is the order in which lockID's waiters ran.
+func grantOrder(t *testing.T, admin *sql.DB, lockID int64) []int {
+	rows, err := admin.Query(`SELECT j FROM wait_order WHERE lock_id = $1 ORDER BY n`, lockID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var order []int
+	for rows.Next() {
+		var j int
+		require.NoError(t, rows.Scan(&j))
+		order = append(order, j)
+	}
+	require.NoError(t, rows.Err())
+	return order
+}
+
+// TestWaitOrderProcesses: 10 waiters in 3 processes (pgx, database/sql,
+// pgx), started one at a time across the processes (each once the previous
+// one is queued) while a session of the test holds the lock: released,
+// they run in the order they started waiting, each once, and the queue is
+// empty afterwards.
+func TestWaitOrderProcesses(t *testing.T) {
+	admin := migrated.DB(t)
+	waitOrderTable(t, admin)
+	lockID := testdb.Key(t)
+	release := holdSession(t, admin, lockID)
+	children := []*waitChild{startWaitChild(t, "pgx", lockID, 3*time.Second), startWaitChild(t, "sql", lockID, 3*time.Second),
+		startWaitChild(t, "pgx", lockID, 3*time.Second)}
+	const waiters = 10
+	for j := range waiters {
+		children[(j*7+j/3)%3].start(t, j) // an irregular spread over the processes
+		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == j+1 }, 60*time.Second, 2*time.Millisecond, "waiter %d queued", j)
+	}
+	release()
+	for _, c := range children {
+		require.NoError(t, c.in.Close())
+	}
+	for _, c := range children {
+		for l := range c.lines {
+			if strings.HasPrefix(l, "failed ") {
+				t.Error(l)
+			}
+		}
+	}
+	want := make([]int, waiters)
+	for i := range want {
+		want[i] = i
+	}
+	require.Equal(t, want, grantOrder(t, admin, lockID), "granted in arrival order across processes")
+	require.Zero(t, queueRows(t, admin, lockID))
+}
+
+// TestWaitKilledWaiter: the first of two waiters (a child process) is
+// SIGKILLed while queued. Once the lock is released, the second waiter
+// (this process) takes it within one check interval of the kill (the
+// dead waiter's Locker's, 1s): its row expired and no longer blocks.
+// The control: a live first waiter is granted first.
+func TestWaitKilledWaiter(t *testing.T) {
+	admin := migrated.DB(t)
+	waitOrderTable(t, admin)
+	for _, kill := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kill=%v", kill), func(t *testing.T) {
+			ctx := testdb.Context(t)
+			lockID := testdb.Key(t)
+			release := holdSession(t, admin, lockID)
+			child := startWaitChild(t, "pgx", lockID, time.Second)
+			child.start(t, 0)
+			require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 60*time.Second, 2*time.Millisecond, "the child is queued")
+			door := queueDoor(t, frontdoor.SQL, "waitkill", 4, pgadvisory.WithDefaultCheckInterval(time.Second))
+			done := make(chan error, 1)
+			go func() {
+				// 10s: a dead waiter that blocked the queue for good
+				// fails the test quickly.
+				done <- door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
+					return tx.Exec(ctx, `INSERT INTO wait_order (lock_id, j) VALUES ($1, $2)`, lockID, 1)
+				}, pgadvisory.WithWait(10*time.Second))
+			}()
+			require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 2 }, 60*time.Second, 2*time.Millisecond, "the second waiter is queued")
+			var killed time.Time
+			if kill {
+				require.NoError(t, child.cmd.Process.Signal(syscall.SIGKILL))
+				killed = time.Now()
+				_ = child.cmd.Wait()
+			}
+			release()
+			require.NoError(t, frontdoor.Await(t, done, "the second waiter"))
+			if !kill {
+				require.Equal(t, []int{0, 1}, grantOrder(t, admin, lockID), "control: the live first waiter runs first")
+				require.NoError(t, child.in.Close())
+				return
+			}
+			took := time.Since(killed)
+			t.Logf("the second waiter ran %v after the first was killed", took.Round(time.Millisecond))
+			require.Equal(t, []int{1}, grantOrder(t, admin, lockID))
+			require.Less(t, took, time.Second+300*time.Millisecond, "a gone waiter blocks the queue for at most one check interval (and scheduling)")
+		})
+	}
+}
+
+// TestWaitNewcomerQueuesBehind: while a live waiter is queued (a row
+// joined by wait_try on a session of the test, which then lets the lock
+// go), a new waiting call finds the lock free but does not take it: it
+// queues behind and its WithWait timeout passes. A call without WithWait
+// takes the free lock (only waiting calls keep the order). The control:
+// once the queued waiter leaves, the waiting call takes the lock at once.
+func TestWaitNewcomerQueuesBehind(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+		ctx := testdb.Context(t)
+		lockID := testdb.Key(t)
+		release := holdSession(t, admin, lockID)
+		var seq int64
+		var granted bool
+		require.NoError(t, admin.QueryRowContext(ctx, `SELECT granted, seq FROM pgadvisory.wait_try($1, NULL, 60000)`, lockID).Scan(&granted, &seq))
+		require.False(t, granted)
+		release()
+
+		ran := false
+		fn := func(frontdoor.Tx) error { ran = true; return nil }
+		err := door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(300*time.Millisecond))
+		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout, "a waiting call queues behind the live waiter")
+		require.False(t, ran)
+		require.NoError(t, door.RunExclusive(ctx, lockID, fn), "a call without WithWait takes the free lock")
+		require.True(t, ran)
+
+		_, err = admin.ExecContext(ctx, `SELECT pgadvisory.wait_leave($1, $2)`, lockID, seq)
+		require.NoError(t, err)
+		ran = false
+		start := time.Now()
+		require.NoError(t, door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(10*time.Second)), "control: the queue is empty")
+		require.True(t, ran)
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.Zero(t, queueRows(t, admin, lockID))
+	})
+}
+
+// TestWaitThroughPgBouncer: through PgBouncer in transaction mode (both
+// drivers, both pgx query modes), 6 waiting calls are queued in arrival
+// order while a direct session holds the lock, and run in that order once
+// it is released, woken by polling: no server connection listens (the
+// Locker saw the pooler and did not LISTEN). The queue is empty afterwards.
+func TestWaitThroughPgBouncer(t *testing.T) {
+	admin := migrated.DB(t)
+	for _, mode := range pgbouncerExecModes {
+		t.Run(mode, func(t *testing.T) {
+			e := newPgBouncerPools(t, mode)
+			for _, door := range e.doors() {
+				t.Run(door.Label(), func(t *testing.T) {
+					ctx := testdb.Context(t)
+					lockID := testdb.Key(t)
+					release := holdSession(t, admin, lockID)
+					var before int
+					require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&before))
+					const waiters = 6
+					var mu sync.Mutex
+					var order []int
+					done := make(chan error, waiters)
+					for i := range waiters {
+						go func() {
+							done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error {
+								mu.Lock()
+								order = append(order, i)
+								mu.Unlock()
+								return nil
+							}, pgadvisory.WithWait(0))
+						}()
+						require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
+					}
+					listening := func() int {
+						var n int
+						require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&n))
+						return n
+					}
+					require.LessOrEqual(t, listening(), before, "nobody listens through the pooler (other tests' Lockers may still)")
+					release()
+					for range waiters {
+						require.NoError(t, frontdoor.Await(t, done, "a waiter"))
+					}
+					require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order, "granted in arrival order")
+					require.Zero(t, queueRows(t, admin, lockID))
+				})
+			}
+		})
+	}
+}
+
+// TestWaitQueueOutlastsServerTimeouts: on a database with lockgen's schema
+// whose lock_timeout is 100ms and statement_timeout 400ms for every
+// session, a waiting RunExclusive (WithWait(0), both drivers, database/sql
+// included) waits in lockgen's queue for a holder that keeps the lock
+// 1.5s, and is granted: no server timeout ends a queued wait, each try
+// being a short statement. fn runs under the database's settings. The
+// server-queue controls are TestWaitOutlastsServerTimeouts and
+// TestWaitServerTimeoutsControl (a database without the queue).
+func TestWaitQueueOutlastsServerTimeouts(t *testing.T) {
+	name, url := testdb.EmptyDatabase(t)
+	db := openOn(t, url)
+	ctx := testdb.Context(t)
+	require.NoError(t, pgadvisory.Migrate(ctx, db))
+	admin := testdb.DB(t)
+	for _, set := range []string{"lock_timeout = '100ms'", "statement_timeout = '400ms'"} {
+		_, err := admin.Exec("ALTER DATABASE " + pgx.Identifier{name}.Sanitize() + " SET " + set)
+		require.NoError(t, err)
+	}
+	for _, door := range frontdoor.OpenAll(t, frontdoor.URL(url), frontdoor.MaxConns(2)) {
+		t.Run(door.Label(), func(t *testing.T) {
+			key := testdb.Key(t)
+			release := holdSession(t, openOn(t, url), key)
+			go func() { time.Sleep(1500 * time.Millisecond); release() }()
+			start := time.Now()
+			var inFn string
+			require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+				return tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&inFn)
+			}, pgadvisory.WithWait(0)))
+			require.GreaterOrEqual(t, time.Since(start), 1400*time.Millisecond, "the call waited for the holder")
+			require.Equal(t, "400ms", inFn, "fn runs under the database's statement_timeout")
+		})
+	}
+}
