@@ -28,19 +28,21 @@ func TestSessionLockLost(t *testing.T) {
 			key := testdb.Key(t)
 			var cause error
 			var events []pgadvisory.Event
-			err := door.RunSession(ctx, key, func(ctx context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(fnCtx context.Context) error {
 				holder := e.w.Holder(t, key)
 				var ok bool
+				// On the test's ctx: fn's may end as soon as the backend
+				// is gone, before this statement's answer is read.
 				require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
 				require.True(t, ok)
 				select {
-				case <-ctx.Done():
+				case <-fnCtx.Done():
 				case <-time.After(30 * time.Second):
 					t.Error("fn's context was not canceled after its backend was terminated")
 					return errors.New("not canceled")
 				}
-				cause = context.Cause(ctx)
-				return ctx.Err()
+				cause = context.Cause(fnCtx)
+				return fnCtx.Err()
 			}, interval, pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
 
 			require.ErrorIs(t, cause, pgadvisory.ErrLockLost)
@@ -65,7 +67,7 @@ func TestSessionLockLost(t *testing.T) {
 
 		t.Run("control: no loss, no cancelation", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
+			require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 				// Ten check intervals pass without the context being canceled.
 				select {
 				case <-ctx.Done():
@@ -87,7 +89,7 @@ func TestSessionParentContext(t *testing.T) {
 			ctx, cancel := context.WithCancel(testdb.Context(t))
 			defer cancel()
 			var cause error
-			err := door.RunSession(ctx, key, func(fctx context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(fctx context.Context) error {
 				e.w.Holder(t, key)
 				cancel()
 				select {
@@ -108,7 +110,7 @@ func TestSessionParentContext(t *testing.T) {
 			key := testdb.Key(t)
 			ctx, cancel := context.WithCancel(testdb.Context(t))
 			defer cancel()
-			err := door.RunSession(ctx, key, func(context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 				cancel()
 				return nil
 			})
@@ -119,7 +121,7 @@ func TestSessionParentContext(t *testing.T) {
 			key := testdb.Key(t)
 			ctx, cancel := context.WithCancel(testdb.Context(t))
 			cancel()
-			err := door.RunSession(ctx, key, notCalled(t))
+			err := door.RunSession(ctx, pgadvisory.ID(key), notCalled(t))
 			require.ErrorIs(t, err, context.Canceled)
 			requireSessionFree(t, e, other, key)
 		})

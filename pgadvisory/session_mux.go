@@ -343,20 +343,291 @@ func (sc *sharedConn) releaseSem() { <-sc.sem }
 // run runs one statement on the connection, holding its turn: bounded by
 // timeout and not by ctx, because a statement interrupted by a canceled
 // context closes the connection (pgx, database/sql) and every lock on it.
-// An error that is not the server's answer to a statement on a live
-// connection makes the connection lost (see fail).
+// A statement still running at the bound is not yet a half-open link:
+// the server is asked on another connection of the pool whether the
+// backend is still running it (see bound), as it does while it waits for
+// a durable commit (a synchronous standby) or for a row lock, and each
+// yes extends the bound by timeout. An error that is not the server's
+// answer to a statement on a live connection makes the connection lost
+// (see fail).
 func (sc *sharedConn) run(ctx context.Context, timeout time.Duration, query string, args []any, dest ...any) error {
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	qctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	err := sc.conn.queryRow(qctx, query, args, dest...)
-	if err != nil && !serverAnswered(err, qctx) {
-		if qctx.Err() != nil {
+	_, err := sc.runIn(qctx, cancel, nil, timeout, query, args, dest...)
+	return err
+}
+
+// runIn is run under qctx, which cancel ends: by the bound, or when the
+// caller gives up (giveUp, then gaveUp is whether it did before the
+// statement answered). A statement given up on is left to the caller,
+// which closes the connection (see callAlone).
+func (sc *sharedConn) runIn(qctx context.Context, cancel context.CancelFunc, giveUp *graceCancel, timeout time.Duration, query string, args []any, dest ...any) (gaveUp bool, err error) {
+	b := sc.bound(cancel, timeout, query)
+	err = sc.conn.queryRow(qctx, query, args, dest...)
+	expired := b.stop()
+	if giveUp != nil {
+		gaveUp = giveUp.stop() && err != nil
+		if gaveUp {
+			return true, err
+		}
+	}
+	if err != nil && (expired || !serverAnswered(err, qctx)) {
+		if expired {
 			err = fmt.Errorf("the statement did not answer within %v (WithCheckTimeout), "+
 				"as on a half-open link; the connection was closed: %w", timeout, err)
 		}
 		sc.fail(err)
 	}
-	return err
+	return false, err
+}
+
+// statementBound ends a statement on a shared connection that neither
+// answers nor is seen running by the server within its timeout.
+type statementBound struct {
+	timer  *time.Timer
+	ctx    context.Context // ends when the statement answers (stop)
+	end    context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	closed bool // stop was called
+	// expired: the statement was canceled for want of an answer
+	expired bool
+}
+
+// bound arms the bound of a statement (query) that started now: a
+// quarter timeout in, and every quarter timeout after, while the
+// statement runs, the server is asked whether the connection's backend
+// still runs it (runningSQL, on a connection of the pool); the bound is
+// timeout after the last question answered yes, or after the start. Past
+// it, cancel ends the statement (closing the connection). A link that
+// went silent gets no yes: its statement never reached the backend, or
+// its answer never came back (the backend is idle), or the pool's
+// connection does not get through either. Each question has until the
+// bound to be answered: three quarters of a timeout at least.
+func (sc *sharedConn) bound(cancel context.CancelFunc, timeout time.Duration, query string) *statementBound {
+	b := &statementBound{}
+	b.ctx, b.end = context.WithCancel(bgCtx)
+	deadline := time.Now().Add(timeout)
+	b.wg.Add(1)
+	b.timer = time.AfterFunc(timeout/4, func() {
+		defer b.wg.Done()
+		for {
+			asked := time.Now()
+			pctx, pcancel := context.WithDeadline(b.ctx, deadline)
+			running := sc.stillRunning(pctx, query)
+			pcancel()
+			if running {
+				deadline = asked.Add(timeout)
+			}
+			next := asked.Add(timeout / 4)
+			if deadline.Before(next) {
+				next = deadline
+			}
+			t := time.NewTimer(time.Until(next))
+			select {
+			case <-b.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if time.Now().Before(deadline) {
+				continue
+			}
+			b.mu.Lock()
+			if !b.closed {
+				b.expired = true
+				cancel()
+			}
+			b.mu.Unlock()
+			return
+		}
+	})
+	return b
+}
+
+// stop disarms the bound once the statement has answered; expired if it
+// was canceled for want of an answer first.
+func (b *statementBound) stop() (expired bool) {
+	b.mu.Lock()
+	b.closed = true
+	expired = b.expired
+	b.mu.Unlock()
+	if b.timer.Stop() {
+		b.wg.Done()
+	}
+	b.end()
+	b.wg.Wait()
+	return expired
+}
+
+// runningSQL reports whether backend $1 runs statement $2 now (the text
+// pg_stat_activity shows may be cut short at track_activity_query_size).
+const runningSQL = `SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS a
+  WHERE a.pid OPERATOR(pg_catalog.=) $1::pg_catalog.int4 AND a.state OPERATOR(pg_catalog.=) 'active'
+    AND a.query OPERATOR(pg_catalog.<>) '' AND pg_catalog.starts_with($2::pg_catalog.text, a.query))`
+
+// stillRunning asks the server, on a connection of the pool, whether the
+// connection's backend runs query now.
+func (sc *sharedConn) stillRunning(ctx context.Context, query string) bool {
+	conn, err := sc.open(ctx)
+	if err != nil {
+		return false
+	}
+	var running bool
+	if err := conn.queryRow(ctx, runningSQL, []any{sc.pid, query}, &running); err != nil {
+		conn.discard()
+		return false
+	}
+	conn.release()
+	return running
+}
+
+// call runs one statement of l's call on the connection, whose turn the
+// caller holds, as run does, but waits for it only until abandonGrace
+// after ctx ends: run does not let ctx interrupt a statement (that would
+// close the connection and every lock on it), so the caller stops waiting
+// instead. abandoned is then true and err ctx's error; after runs with
+// the statement's result, in the connection's turn, and must give the
+// turn up. An abandoned caller neither gives the turn up nor reads dest.
+//
+// Where the connection carries no other call's lock (alone), the
+// statement runs on the caller's goroutine (callAlone); otherwise it runs
+// on a goroutine of its own and ends in the background once its caller
+// has stopped waiting, so that the other locks on the connection live
+// on.
+func (sc *sharedConn) call(ctx context.Context, l *muxLock, timeout time.Duration, after func(error), query string, args []any, dest ...any) (abandoned bool, err error) {
+	if ctx.Done() == nil {
+		return false, sc.run(ctx, timeout, query, args, dest...)
+	}
+	if sc.alone(l) {
+		return sc.callAlone(ctx, l, timeout, after, query, args, dest...)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sc.run(ctx, timeout, query, args, dest...) }()
+	select {
+	case err := <-done:
+		return false, err
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(abandonGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return false, err
+	case <-grace.C:
+	}
+	go func() { after(<-done) }()
+	return true, ctx.Err()
+}
+
+// alone reports whether no lock of a call other than l's is on the
+// connection. Only a statement in the connection's turn adds one, so
+// while the caller holds the turn that stays so.
+func (sc *sharedConn) alone(l *muxLock) bool {
+	sc.p.mu.Lock()
+	defer sc.p.mu.Unlock()
+	for o := range sc.locks {
+		if o != l {
+			return false
+		}
+	}
+	return true
+}
+
+// callAlone is call on a connection that carries no other call's lock:
+// the statement runs on the caller's goroutine, without a hand-off to
+// another one (the hot path of a leader's hand-off: its resignation, its
+// successor's election). If it has not answered abandonGrace after ctx
+// ends, the caller gives up on it: the connection is closed, which loses
+// no other call's lock and ends the statement's session on the server
+// with every lock it holds (its backend notices at the statement's end at
+// the latest), so nothing is left held, and after runs with the error.
+// l's own lock on it then counts as released, not lost (see release).
+func (sc *sharedConn) callAlone(ctx context.Context, l *muxLock, timeout time.Duration, after func(error), query string, args []any, dest ...any) (abandoned bool, err error) {
+	qctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	giveUp := afterGrace(ctx, cancel)
+	gaveUp, err := sc.runIn(qctx, cancel, giveUp, timeout, query, args, dest...)
+	if !gaveUp {
+		return false, err
+	}
+	sc.p.mu.Lock()
+	delete(sc.locks, l)
+	sc.p.mu.Unlock()
+	sc.fail(fmt.Errorf("its statement had not answered %v after its call's ctx ended; the connection, "+
+		"which carried no other call's lock, was closed: %w", abandonGrace, err))
+	after(err)
+	return true, ctx.Err()
+}
+
+// graceCancel ends a statement's context abandonGrace after its caller's
+// ctx ends (afterGrace), unless stopped first: no goroutine and no timer
+// while ctx lives.
+type graceCancel struct {
+	unregister func() bool
+	mu         sync.Mutex
+	timer      *time.Timer
+	stopped    bool
+	fired      bool
+}
+
+// afterGrace calls cancel abandonGrace after ctx ends, until stopped.
+func afterGrace(ctx context.Context, cancel context.CancelFunc) *graceCancel {
+	g := &graceCancel{}
+	g.unregister = context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.stopped {
+			return
+		}
+		g.timer = time.AfterFunc(abandonGrace, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if !g.stopped {
+				g.fired = true
+				cancel()
+			}
+		})
+	})
+	return g
+}
+
+// stop disarms g; fired reports whether it had canceled.
+func (g *graceCancel) stop() (fired bool) {
+	g.unregister()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	return g.fired
+}
+
+// abandonGrace is how long a call whose ctx has ended still waits for its
+// statement on a shared connection (its turn and its answer) before it
+// leaves the statement to the background (see call): an unlock answers in
+// well under a millisecond, so a call canceled during fn has released its
+// locks when it returns, while a statement stuck behind a slow one (a
+// commit waiting for a synchronous standby) no longer holds the caller.
+const abandonGrace = 100 * time.Millisecond
+
+// acquireSemGrace waits for the connection's turn until abandonGrace
+// after ctx ends; false if it did not get it.
+func (sc *sharedConn) acquireSemGrace(ctx context.Context) bool {
+	select {
+	case sc.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(abandonGrace)
+	defer grace.Stop()
+	select {
+	case sc.sem <- struct{}{}:
+		return true
+	case <-grace.C:
+		return false
+	}
 }
 
 // serverAnswered reports an error the server sent on a connection that is

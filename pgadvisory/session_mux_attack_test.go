@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgen/lockgen/internal/testkit/faultproxy"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -31,7 +32,7 @@ func holdShared(t *testing.T, ctx context.Context, door frontdoor.Door, key int6
 	done := make(chan result, 1)
 	go func() {
 		var cause error
-		err := door.RunSession(ctx, key, func(ctx context.Context) error {
+		err := door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 			close(in)
 			select {
 			case <-out:
@@ -86,7 +87,7 @@ func TestSessionSharedServerTimeouts(t *testing.T) {
 		require.NoError(t, err)
 		waited := make(chan error, 1)
 		go func() {
-			waited <- door.RunSession(ctx, base+100, func(context.Context) error { return nil }, pgadvisory.WithWait(0), interval)
+			waited <- door.RunSession(ctx, pgadvisory.ID(base+100), func(context.Context) error { return nil }, pgadvisory.WithWait(0), interval)
 		}()
 		time.Sleep(600 * time.Millisecond)
 		_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", base+100)
@@ -145,7 +146,7 @@ func TestSessionSharedHalfOpen(t *testing.T) {
 		require.Len(t, w.Holds(t, key, key+1), 2, "the server has heard nothing yet")
 		px.Blackhole(false)
 		require.Eventually(t, func() bool { return len(w.Holds(t, key, key+1)) == 0 }, 30*time.Second, 10*time.Millisecond)
-		require.NoError(t, door.RunSession(ctx, key, func(context.Context) error { return nil }, opts...))
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }, opts...))
 		err, cause := endC()
 		require.NoError(t, err)
 		require.NoError(t, cause)
@@ -166,7 +167,7 @@ func TestSessionSharedPanic(t *testing.T) {
 		end, gone := holdShared(t, ctx, door, key, pgadvisory.WithCheckInterval(20*time.Millisecond))
 		recovered := func() (r any) {
 			defer func() { r = recover() }()
-			_ = door.RunSession(ctx, key+1, func(context.Context) error { panic("boom") })
+			_ = door.RunSession(ctx, pgadvisory.ID(key+1), func(context.Context) error { panic("boom") })
 			return nil
 		}()
 		require.Equal(t, "boom", recovered)
@@ -186,10 +187,10 @@ func TestSessionSharedPanic(t *testing.T) {
 }
 
 // TestSessionSharedCancelWhileWaiting: a waiting call's ctx is canceled.
-// The call returns context.Canceled, holds nothing, and the lock on the
-// shared connection is untouched.
+// The call returns context.Canceled, holds nothing, leaves nothing in
+// lockgen's queue, and the lock on the shared connection is untouched.
 func TestSessionSharedCancelWhileWaiting(t *testing.T) {
-	w := witness.Of(testdb.DB(t))
+	w := witness.Of(migrated.DB(t))
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(4))
@@ -199,17 +200,18 @@ func TestSessionSharedCancelWhileWaiting(t *testing.T) {
 		holder, err := pgx.Connect(ctx, testdb.URL(t))
 		require.NoError(t, err)
 		defer func() { _ = holder.Close(context.Background()) }()
-		var holderPID int64
-		require.NoError(t, holder.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock($1)) AS l", key+1).Scan(&holderPID))
+		_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key+1)
+		require.NoError(t, err)
 
 		wctx, cancel := context.WithCancel(ctx)
 		waited := make(chan error, 1)
 		go func() {
-			waited <- door.RunSession(wctx, key+1, func(context.Context) error { t.Error("fn ran"); return nil }, pgadvisory.WithWait(0))
+			waited <- door.RunSession(wctx, pgadvisory.ID(key+1), func(context.Context) error { t.Error("fn ran"); return nil }, pgadvisory.WithWait(0))
 		}()
-		require.Eventually(t, func() bool { return w.BlockedBy(t, holderPID, "%pg_advisory_lock%") == 1 }, 30*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return waitingFor(t, w, []int64{key + 1}) == 1 }, 30*time.Second, 5*time.Millisecond)
 		cancel()
 		err = frontdoor.Await(t, waited, "the canceled waiter")
+		require.Zero(t, waitingFor(t, w, []int64{key + 1}), "the canceled waiter left the queue")
 		require.ErrorIs(t, err, context.Canceled)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
@@ -242,13 +244,13 @@ func TestSessionSharedOpenGivenUp(t *testing.T) {
 		key := testdb.Key(t)
 		ctx, cancel := context.WithTimeout(testdb.Context(t), 100*time.Millisecond)
 		defer cancel()
-		err := door.RunSession(ctx, key, func(context.Context) error { t.Error("fn ran"); return nil })
+		err := door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { t.Error("fn ran"); return nil })
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, pgadvisory.OpBegin, pe.Op)
 		release()
-		require.NoError(t, door.RunSession(testdb.Context(t), key, func(context.Context) error { return nil }))
+		require.NoError(t, door.RunSession(testdb.Context(t), pgadvisory.ID(key), func(context.Context) error { return nil }))
 		frontdoor.RequireIdle(t, door)
 	})
 }

@@ -202,13 +202,15 @@ func BenchmarkSessionHandoff(b *testing.B) {
 	})
 }
 
-// awaitWaiting polls until n backends wait for key.
+// awaitWaiting polls until n calls wait for key: backends in the server's
+// queue (raw) or rows of lockgen's queue (a waiting RunSession).
 func awaitWaiting(b *testing.B, pool *pgxpool.Pool, key int64, n int) {
 	b.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Microsecond) {
 		var waiting int
-		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory'
-  AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&waiting)
+		err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory'
+  AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = $1)
+  + (SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1 AND expires > clock_timestamp())`, key).Scan(&waiting)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -58,58 +58,85 @@ func holdersOf(t testing.TB, w *witness.Witness, keys []int64) map[int64]int64 {
 	return pids
 }
 
-// TestSessionManyLocksFewConns: 1,000 concurrent session locks on
-// distinct keys from one process hold at most 2 server connections, all
-// granted at once; their connections go back to the pool afterwards. The
+// TestSessionManyLocksFewConns: 1,000 concurrent session locks, or
+// leaderships, on distinct keys from one process are all granted at once
+// (each leadership elected with its published term, CurrentLeader naming
+// it) on at most 2 server connections; their connections go back to the
+// pool afterwards. One table, one story, for RunSession and Lead. The
 // control (SetSessionConns 0) takes one connection per call.
 func TestSessionManyLocksFewConns(t *testing.T) {
 	const calls = 1000
-	w := witness.Of(testdb.DB(t))
-	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
-		ctx := testdb.Context(t)
-		door, app := muxDoor(t, drv, -1)
-		base := testdb.Key(t) << 12
-		keys := make([]int64, calls)
-		for i := range keys {
-			keys[i] = base + int64(i)
-		}
-		var inside sync.WaitGroup
-		inside.Add(calls)
-		release := make(chan struct{})
-		errs := make(chan error, calls)
-		for _, key := range keys {
-			go func() {
-				errs <- door.RunSession(ctx, key, func(ctx context.Context) error {
-					inside.Done()
-					select {
-					case <-release:
-						return nil
-					case <-ctx.Done():
-						return context.Cause(ctx)
-					}
-				}, pgadvisory.WithCheckInterval(100*time.Millisecond))
-			}()
-		}
-		waited := make(chan struct{})
-		go func() { inside.Wait(); close(waited) }()
-		frontdoor.Await(t, waited, "all calls inside fn")
+	w := witness.Of(migrated.DB(t))
+	for _, tc := range []struct {
+		name string
+		hold func(ctx context.Context, door frontdoor.Door, key int64, fn func(ctx context.Context, term int64) error) error
+		lead bool
+	}{
+		{"session", func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context, int64) error) error {
+			return door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error { return fn(ctx, 0) }, pgadvisory.WithCheckInterval(100*time.Millisecond))
+		}, false},
+		{"lead", func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context, int64) error) error {
+			return door.Lead(ctx, pgadvisory.ID(key), fn, pgadvisory.WithCheckInterval(100*time.Millisecond))
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+				ctx := testdb.Context(t)
+				door, app := muxDoor(t, drv, -1)
+				base := testdb.Key(t) << 12
+				keys := make([]int64, calls)
+				for i := range keys {
+					keys[i] = base + int64(i)
+				}
+				var inside sync.WaitGroup
+				inside.Add(calls)
+				release := make(chan struct{})
+				errs := make(chan error, calls)
+				terms := make([]int64, calls)
+				for i, key := range keys {
+					go func() {
+						errs <- tc.hold(ctx, door, key, func(ctx context.Context, term int64) error {
+							terms[i] = term
+							inside.Done()
+							select {
+							case <-release:
+								return nil
+							case <-ctx.Done():
+								return context.Cause(ctx)
+							}
+						})
+					}()
+				}
+				waited := make(chan struct{})
+				go func() { inside.Wait(); close(waited) }()
+				frontdoor.Await(t, waited, "all calls inside fn")
 
-		holders := holdersOf(t, w, keys)
-		require.Len(t, holders, calls, "every lock is granted")
-		pids := map[int64]bool{}
-		for _, pid := range holders {
-			pids[pid] = true
-		}
-		require.LessOrEqual(t, len(pids), 2, "backends holding the locks")
-		require.LessOrEqual(t, backends(t, w, app), 2, "backends of the pool")
-		time.Sleep(300 * time.Millisecond) // a few checks of all the locks
-		close(release)
-		for range calls {
-			require.NoError(t, frontdoor.Await(t, errs, "a call's end"))
-		}
-		require.Empty(t, w.Holds(t, keys...))
-		frontdoor.RequireIdle(t, door)
-	})
+				holders := holdersOf(t, w, keys)
+				require.Len(t, holders, calls, "every lock is granted")
+				pids := map[int64]bool{}
+				for _, pid := range holders {
+					pids[pid] = true
+				}
+				require.LessOrEqual(t, len(pids), 2, "backends holding the locks")
+				require.LessOrEqual(t, backends(t, w, app), 2, "backends of the pool")
+				if tc.lead {
+					for _, i := range []int{0, calls / 2, calls - 1} {
+						leader, err := door.CurrentLeader(ctx, pgadvisory.ID(keys[i]))
+						require.NoError(t, err)
+						require.Equal(t, terms[i], leader.Term)
+						require.Equal(t, holders[keys[i]], int64(leader.PID))
+					}
+				}
+				time.Sleep(300 * time.Millisecond) // a few checks of all the locks
+				close(release)
+				for range calls {
+					require.NoError(t, frontdoor.Await(t, errs, "a call's end"))
+				}
+				require.Empty(t, w.Holds(t, keys...))
+				frontdoor.RequireIdle(t, door)
+			})
+		})
+	}
 
 	t.Run("control: a connection per call", func(t *testing.T) {
 		ctx := testdb.Context(t)
@@ -122,7 +149,7 @@ func TestSessionManyLocksFewConns(t *testing.T) {
 		for i := range n {
 			key := testdb.Key(t) + int64(i)<<40
 			go func() {
-				errs <- door.RunSession(ctx, key, func(context.Context) error { inside.Done(); <-release; return nil })
+				errs <- door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { inside.Done(); <-release; return nil })
 			}()
 		}
 		inside.Wait()
@@ -135,12 +162,15 @@ func TestSessionManyLocksFewConns(t *testing.T) {
 }
 
 // TestSessionWaiterDoesNotBlockItsConnection: a call that waits for a
-// lock held elsewhere (WithWait) waits on a connection of its own: a lock
-// on the single shared connection is taken, checked and released
-// meanwhile. The waiter is granted when the holder unlocks, and when the
-// holder's backend dies.
+// lock held elsewhere (WithWait) waits in lockgen's queue, holding no
+// connection (none of the pool's backends is in the server's lock queue;
+// the pool's backends are the shared connection and the Locker's
+// listening one): a lock on the single shared connection is taken,
+// checked and released meanwhile. The waiter is granted, on the shared
+// connection, when the holder unlocks, and when the holder's backend
+// dies.
 func TestSessionWaiterDoesNotBlockItsConnection(t *testing.T) {
-	w := witness.Of(testdb.DB(t))
+	w := witness.Of(migrated.DB(t))
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		for _, how := range []string{"holder unlocks", "holder's backend dies"} {
 			t.Run(how, func(t *testing.T) {
@@ -157,21 +187,27 @@ func TestSessionWaiterDoesNotBlockItsConnection(t *testing.T) {
 				sharedIn, sharedOut := make(chan struct{}), make(chan struct{})
 				sharedErr := make(chan error, 1)
 				go func() {
-					sharedErr <- door.RunSession(ctx, key+2<<40, func(context.Context) error { close(sharedIn); <-sharedOut; return nil })
+					sharedErr <- door.RunSession(ctx, pgadvisory.ID(key+2<<40), func(context.Context) error { close(sharedIn); <-sharedOut; return nil })
 				}()
 				frontdoor.Await(t, sharedIn, "the first lock")
 
 				granted := make(chan struct{})
+				var waiterPID atomic.Int64
 				waitErr := make(chan error, 1)
 				go func() {
-					waitErr <- door.RunSession(ctx, key, func(context.Context) error { close(granted); return nil }, pgadvisory.WithWait(0))
+					waitErr <- door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
+						waiterPID.Store(holdersOf(t, w, []int64{key})[key])
+						close(granted)
+						return nil
+					}, pgadvisory.WithWait(0))
 				}()
-				require.Eventually(t, func() bool { return w.BlockedBy(t, holderPID, "%pg_advisory_lock%") == 1 }, 30*time.Second, 5*time.Millisecond)
-				require.Equal(t, 2, backends(t, w, app), "the shared connection and the waiting one")
+				require.Eventually(t, func() bool { return queueRows(t, w.DB, key) == 1 }, 30*time.Second, 5*time.Millisecond)
+				require.Zero(t, w.BlockedBy(t, holderPID, "%"), "nobody waits in the server's lock queue")
+				require.LessOrEqual(t, backends(t, w, app), 2, "the shared connection and the listening one")
 
 				// Another lock on the shared connection while the waiter waits.
 				checks := 0
-				require.NoError(t, door.RunSession(ctx, other, func(ctx context.Context) error {
+				require.NoError(t, door.RunSession(ctx, pgadvisory.ID(other), func(ctx context.Context) error {
 					require.Equal(t, holdersOf(t, w, []int64{key + 2<<40})[key+2<<40], holdersOf(t, w, []int64{other})[other],
 						"both locks on the shared connection")
 					for range 5 {
@@ -198,6 +234,7 @@ func TestSessionWaiterDoesNotBlockItsConnection(t *testing.T) {
 				}
 				require.NoError(t, err)
 				frontdoor.Await(t, granted, "the waiter's grant")
+				require.Equal(t, holdersOf(t, w, []int64{key + 2<<40})[key+2<<40], waiterPID.Load(), "granted on the shared connection")
 				require.NoError(t, frontdoor.Await(t, waitErr, "the waiter's end"))
 				close(sharedOut)
 				require.NoError(t, frontdoor.Await(t, sharedErr, "the shared call's end"))
@@ -216,7 +253,7 @@ func TestSessionWaiterDoesNotBlockItsConnection(t *testing.T) {
 // control shows the trap: one server session is granted the same key
 // twice.
 func TestSessionSameKeyInProcess(t *testing.T) {
-	w := witness.Of(testdb.DB(t))
+	w := witness.Of(migrated.DB(t))
 	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 		ctx := testdb.Context(t)
 		door, _ := muxDoor(t, drv, 1)
@@ -225,14 +262,14 @@ func TestSessionSameKeyInProcess(t *testing.T) {
 		hold := func(t *testing.T, key int64, opts ...pgadvisory.Option) func() error {
 			in, out, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 			go func() {
-				done <- door.RunSession(ctx, key, func(context.Context) error { close(in); <-out; return nil }, opts...)
+				done <- door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { close(in); <-out; return nil }, opts...)
 			}()
 			frontdoor.Await(t, in, "the holder")
 			return func() error { close(out); return frontdoor.Await(t, done, "the holder's return") }
 		}
 		requireLocked := func(t *testing.T, key int64, opts ...pgadvisory.Option) {
 			t.Helper()
-			err := door.RunSession(ctx, key, notCalled(t), opts...)
+			err := door.RunSession(ctx, pgadvisory.ID(key), notCalled(t), opts...)
 			pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrLocked, "lock", "")
 			require.NotNil(t, pe)
 		}
@@ -249,7 +286,7 @@ func TestSessionSameKeyInProcess(t *testing.T) {
 			var holderReturned atomic.Bool
 			in, out, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 			go func() {
-				held <- door.RunSession(ctx, key, func(context.Context) error {
+				held <- door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 					close(in)
 					<-out
 					holderReturned.Store(true)
@@ -259,15 +296,16 @@ func TestSessionSameKeyInProcess(t *testing.T) {
 			frontdoor.Await(t, in, "the holder")
 			granted := make(chan error, 1)
 			go func() {
-				granted <- door.RunSession(ctx, key, func(context.Context) error {
+				granted <- door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 					if !holderReturned.Load() {
 						return errors.New("the waiter ran while the holder's fn ran")
 					}
 					return nil
 				}, pgadvisory.WithWait(0))
 			}()
-			require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 2 }, 30*time.Second, 5*time.Millisecond,
-				"the waiter queues on the server behind the holder")
+			require.Eventually(t, func() bool { return queueRows(t, w.DB, key) == 1 }, 30*time.Second, 5*time.Millisecond,
+				"the waiter queues behind the holder")
+			require.Len(t, w.Holds(t, key), 1, "in lockgen's queue, not the server's")
 			select {
 			case err := <-granted:
 				t.Fatalf("the waiter ended while the key was held in this process: %v", err)
@@ -281,8 +319,10 @@ func TestSessionSameKeyInProcess(t *testing.T) {
 		t.Run("same key, wait times out", func(t *testing.T) {
 			key := testdb.Key(t)
 			end := hold(t, key)
-			err := door.RunSession(ctx, key, notCalled(t), pgadvisory.WithWait(100*time.Millisecond))
-			sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "55P03")
+			err := door.RunSession(ctx, pgadvisory.ID(key), notCalled(t), pgadvisory.WithWait(100*time.Millisecond))
+			// Queued, the timeout is the call's own: no SQLSTATE.
+			sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "")
+			require.Zero(t, queueRows(t, w.DB, key), "the timed-out waiter left the queue")
 			require.NoError(t, end())
 		})
 		t.Run("overlapping sets", func(t *testing.T) {
@@ -290,7 +330,7 @@ func TestSessionSameKeyInProcess(t *testing.T) {
 			end := hold(t, key, pgadvisory.WithLocks(key+1, key+2))
 			requireLocked(t, key+3, pgadvisory.WithLocks(key+2, key+4))
 			require.Len(t, w.Holds(t, key, key+1, key+2, key+3, key+4), 3, "the loser took nothing")
-			require.NoError(t, door.RunSession(ctx, key+3, func(context.Context) error { return nil }, pgadvisory.WithLocks(key+4)),
+			require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key+3), func(context.Context) error { return nil }, pgadvisory.WithLocks(key+4)),
 				"a disjoint set is free")
 			require.NoError(t, end())
 			require.Empty(t, w.Holds(t, key, key+1, key+2, key+3, key+4))
@@ -334,7 +374,7 @@ func TestSessionPoolCloseAfterCalls(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				require.NoError(t, door.RunSession(ctx, testdb.Key(t)+int64(i)<<40, func(context.Context) error {
+				require.NoError(t, door.RunSession(ctx, pgadvisory.ID(testdb.Key(t)+int64(i)<<40), func(context.Context) error {
 					time.Sleep(10 * time.Millisecond)
 					return nil
 				}))
@@ -381,10 +421,10 @@ func TestSharedConnKilled(t *testing.T) {
 		lead bool
 	}{
 		{"session", func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context) error) error {
-			return door.RunSession(ctx, key, fn, pgadvisory.WithCheckInterval(50*time.Millisecond))
+			return door.RunSession(ctx, pgadvisory.ID(key), fn, pgadvisory.WithCheckInterval(50*time.Millisecond))
 		}, false},
 		{"lead", func(ctx context.Context, door frontdoor.Door, key int64, fn func(context.Context) error) error {
-			return door.Lead(ctx, key, func(ctx context.Context, _ int64) error { return fn(ctx) }, pgadvisory.WithCheckInterval(50*time.Millisecond))
+			return door.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, _ int64) error { return fn(ctx) }, pgadvisory.WithCheckInterval(50*time.Millisecond))
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -453,7 +493,7 @@ func TestSharedConnKilled(t *testing.T) {
 					require.Equal(t, pgadvisory.OpWatch, pe.Op)
 					require.Equal(t, []int64{r.key}, pe.LockIDs)
 					if tc.lead {
-						_, err := door.CurrentLeader(ctx, r.key)
+						_, err := door.CurrentLeader(ctx, pgadvisory.ID(r.key))
 						require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
 					}
 				}
@@ -467,7 +507,7 @@ func TestSharedConnKilled(t *testing.T) {
 				require.Len(t, survivors, calls-len(doomed))
 				if tc.lead {
 					for key, pid := range survivors {
-						leader, err := door.CurrentLeader(ctx, key)
+						leader, err := door.CurrentLeader(ctx, pgadvisory.ID(key))
 						require.NoError(t, err)
 						require.Equal(t, pid, int64(leader.PID))
 					}

@@ -35,14 +35,14 @@ func TestSessionReleaseFindsLockLost(t *testing.T) {
 			key := testdb.Key(t)
 			var events []pgadvisory.Event
 			var overlapped bool
-			err := door.RunSession(ctx, key, func(ctx context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 				holder := e.w.Holder(t, key)
 				var ok bool
 				require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", holder.PID).Scan(&ok))
 				require.True(t, ok)
 				// Another session gets the lock while this fn still runs.
 				require.Eventually(t, func() bool {
-					return other.RunSession(ctx, key, func(context.Context) error {
+					return other.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 						overlapped = e.w.Holder(t, key).PID != holder.PID
 						return nil
 					}) == nil
@@ -82,7 +82,7 @@ func TestSessionReleaseVerifiedControl(t *testing.T) {
 		quiet := pgadvisory.WithCheckInterval(time.Minute)
 		k1, k2, k3 := testdb.Key(t), testdb.Key(t), testdb.Key(t)
 		var events []pgadvisory.Event
-		require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error {
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error {
 			require.Len(t, e.w.Holds(t, k1, k2, k3), 3)
 			return nil
 		}, quiet, pgadvisory.WithLocks(k2, k3), pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) })))
@@ -92,7 +92,7 @@ func TestSessionReleaseVerifiedControl(t *testing.T) {
 		require.Empty(t, e.w.Holds(t, k1, k2, k3))
 
 		boom := errors.New("boom")
-		err := door.RunSession(ctx, k1, func(context.Context) error { return boom }, quiet)
+		err := door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { return boom }, quiet)
 		require.ErrorIs(t, err, boom)
 		require.NotErrorIs(t, err, pgadvisory.ErrLockLost)
 		requireSessionFree(t, e, other, k1)

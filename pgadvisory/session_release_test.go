@@ -24,7 +24,7 @@ func TestSessionReleasedWhenFnEnds(t *testing.T) {
 		ctx := testdb.Context(t)
 		t.Run("return", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, door.RunSession(ctx, key, func(context.Context) error {
+			require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 				e.w.Holder(t, key)
 				return nil
 			}))
@@ -33,7 +33,7 @@ func TestSessionReleasedWhenFnEnds(t *testing.T) {
 		t.Run("error", func(t *testing.T) {
 			key := testdb.Key(t)
 			boom := errors.New("boom")
-			err := door.RunSession(ctx, key, func(context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 				e.w.Holder(t, key)
 				return boom
 			})
@@ -44,7 +44,7 @@ func TestSessionReleasedWhenFnEnds(t *testing.T) {
 		t.Run("panic", func(t *testing.T) {
 			key := testdb.Key(t)
 			require.PanicsWithValue(t, "boom", func() {
-				_ = door.RunSession(ctx, key, func(context.Context) error {
+				_ = door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 					e.w.Holder(t, key)
 					panic("boom")
 				})
@@ -62,25 +62,27 @@ func TestSessionNoLockLeftOnPool(t *testing.T) {
 		k1, k2, k3 := testdb.Key(t), testdb.Key(t), testdb.Key(t)
 		boom := errors.New("boom")
 		cases := []func(){
-			func() { require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error { return nil })) },
 			func() {
-				require.ErrorIs(t, door.RunSession(ctx, k1, func(context.Context) error { return boom }), boom)
+				require.NoError(t, door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { return nil }))
 			},
 			func() {
-				require.Panics(t, func() { _ = door.RunSession(ctx, k1, func(context.Context) error { panic("boom") }) })
+				require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { return boom }), boom)
 			},
 			func() {
-				require.NoError(t, door.RunSession(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithShared(), pgadvisory.WithLocks(k2, k3)))
+				require.Panics(t, func() { _ = door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { panic("boom") }) })
 			},
 			func() {
-				require.NoError(t, door.RunSession(ctx, k1, func(ctx context.Context) error {
-					require.ErrorIs(t, other.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2)), pgadvisory.ErrLocked)
+				require.NoError(t, door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { return nil }, pgadvisory.WithShared(), pgadvisory.WithLocks(k2, k3)))
+			},
+			func() {
+				require.NoError(t, door.RunSession(ctx, pgadvisory.ID(k1), func(ctx context.Context) error {
+					require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(k1), notCalled(t), pgadvisory.WithLocks(k2)), pgadvisory.ErrLocked)
 					return nil
 				}))
 			},
 			func() {
-				require.NoError(t, other.RunSession(ctx, k3, func(ctx context.Context) error {
-					require.ErrorIs(t, door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3)), pgadvisory.ErrLocked)
+				require.NoError(t, other.RunSession(ctx, pgadvisory.ID(k3), func(ctx context.Context) error {
+					require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(k1), notCalled(t), pgadvisory.WithLocks(k2, k3)), pgadvisory.ErrLocked)
 					return nil
 				}))
 			},

@@ -50,7 +50,7 @@ func TestSessionSlowCheckIsNotLoss(t *testing.T) {
 		t.Run("default check timeout", func(t *testing.T) {
 			key := testdb.Key(t)
 			delayed.Store(0)
-			err := door.RunSession(ctx, key, func(fctx context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(fctx context.Context) error {
 				w.Holder(t, key)
 				slow.Store(true)
 				defer slow.Store(false)
@@ -70,7 +70,7 @@ func TestSessionSlowCheckIsNotLoss(t *testing.T) {
 		t.Run("control: checks bounded by the interval", func(t *testing.T) {
 			key := testdb.Key(t)
 			var cause error
-			err := door.RunSession(ctx, key, func(fctx context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(fctx context.Context) error {
 				slow.Store(true)
 				defer slow.Store(false)
 				select {
@@ -129,7 +129,7 @@ func TestSessionWatcherUnderLoad(t *testing.T) {
 			for range sessions {
 				key := testdb.Key(t)
 				calls.Go(func() {
-					err := door.RunSession(ctx, key, func(fctx context.Context) error {
+					err := door.RunSession(ctx, pgadvisory.ID(key), func(fctx context.Context) error {
 						select {
 						case <-fctx.Done():
 						case <-time.After(2 * time.Second):

@@ -16,6 +16,16 @@ import (
 //	SELECT pg_advisory_unlock($1)::int
 //	SELECT count(*) FROM unnest($1::text::bigint[]) AS lock(id) WHERE pg_advisory_unlock(lock.id)
 func (c *callState) unlockSQL() (string, []any) {
+	query, args := c.unlockOnlySQL()
+	if c.queuedSession {
+		// Taken through lockgen's queue: wake its head (session_queue.go).
+		return sessionUnlockWakeSQL(query), args
+	}
+	return query, args
+}
+
+// unlockOnlySQL is unlockSQL without the wake-up of a queued lock.
+func (c *callState) unlockOnlySQL() (string, []any) {
 	if c.lead && c.term != 0 {
 		// An elected leader resigns as it unlocks: its leader row stops
 		// naming this backend, which may carry other session locks on the
@@ -55,15 +65,60 @@ const heldOfSet = `SELECT u.id FROM (SELECT DISTINCT held.id FROM (` + heldLocks
 
 // unlockHeldSQL releases those locks of the set that this backend holds:
 // the cleanup after a set that was not granted whole (a try statement
-// stops at the first lock held elsewhere, keeping the ones before it). It
+// stops at the first lock held elsewhere, keeping the ones before it) on a
+// connection of the call's own, or after a try statement that failed. It
 // unlocks only what pg_locks shows held, so the locks never taken raise no
-// "you don't own a lock" warning each.
+// "you don't own a lock" warning each. On a shared connection, where
+// another call may hold some of the keys in shared mode, a set not granted
+// whole releases exactly what its try took instead (countedTrySQL,
+// unlockIDsSQL).
 func (c *callState) unlockHeldSQL() (string, []any) {
 	fn := "pg_advisory_unlock"
 	if c.shared {
 		fn += "_shared"
 	}
-	return "SELECT count(*) FILTER (WHERE " + fn + "(held.id))::int FROM (" + heldOfSet + " OFFSET 0) AS held(id)", []any{c.idsArg()}
+	return "SELECT count(*) FILTER (WHERE " + fn + "(held.id))::int FROM (" + heldOfSet + " OFFSET 0) AS held(id)", []any{arrayLiteral(c.ids)}
+}
+
+// countedTrySQL is the try statement of a set on a shared connection: the
+// lock statement's columns (granted, standby, pid; see lockSQL), guarded
+// by the pid in $2, and a fourth, how many of the set's locks it kept
+// before the first one held elsewhere (0 when granted or when the pid
+// differs), so that the cleanup releases exactly those:
+//
+//	SELECT COALESCE(CASE WHEN pg_backend_pid() = $2 THEN tried.refused IS NULL END, false),
+//	       pg_is_in_recovery(), pg_backend_pid(), COALESCE(tried.refused - 1, 0)
+//	  FROM (SELECT CASE WHEN pg_backend_pid() = $2 THEN
+//	          (SELECT lock.n FROM unnest($1::text::bigint[]) WITH ORDINALITY AS lock(id, n)
+//	            WHERE NOT pg_try_advisory_lock(lock.id) LIMIT 1) END AS refused OFFSET 0) AS tried
+//
+// The scan yields the IDs in array order (ascending) and stops at the
+// first lock not granted, as the NOT EXISTS of lockSQL does; refused is its
+// position, NULL when every lock was granted. OFFSET 0 keeps the subquery
+// from being merged into the select list, which would take the locks twice.
+func countedTrySQL(shared bool) string {
+	fn := "pg_try_advisory_lock"
+	if shared {
+		fn += "_shared"
+	}
+	return "SELECT COALESCE(CASE WHEN pg_backend_pid() = $2 THEN tried.refused IS NULL END, false), " +
+		"pg_is_in_recovery(), pg_backend_pid(), COALESCE(tried.refused - 1, 0) " +
+		"FROM (SELECT CASE WHEN pg_backend_pid() = $2 THEN " +
+		"(SELECT lock.n FROM unnest($1::text::bigint[]) WITH ORDINALITY AS lock(id, n) " +
+		"WHERE NOT " + fn + "(lock.id) LIMIT 1) END AS refused OFFSET 0) AS tried"
+}
+
+// unlockIDsSQL releases the locks ids (taken by one try statement) and
+// returns how many of them this backend held.
+func unlockIDsSQL(ids []int64, shared bool) (string, []any) {
+	fn := "pg_advisory_unlock"
+	if shared {
+		fn += "_shared"
+	}
+	if len(ids) == 1 {
+		return "SELECT " + fn + "($1)::int", []any{ids[0]}
+	}
+	return "SELECT count(*)::int FROM unnest($1::text::bigint[]) AS lock(id) WHERE " + fn + "(lock.id)", []any{arrayLiteral(ids)}
 }
 
 // heldSQL counts how many of the call's locks this backend holds: the

@@ -1,0 +1,197 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// TestSessionSharedStatementEndsWithCtx: a call whose statement runs on,
+// or waits for, a shared connection returns when its ctx ends, not when
+// the statement does. An election on the only shared connection commits
+// while the synchronous standby is stalled, so its statement runs until
+// the standby is back; its caller's ctx is canceled. Lead returns
+// context.Canceled (Op elect) while the election still waits, and fn
+// does not run. A RunSession on a free key queued behind it returns with
+// its ctx's deadline too, holding nothing. Once the standby is back, the
+// election ends in the background and its lock is released as a leader
+// resigns: no lock is left, and a plain session lock on the key on the
+// same backend is not named leader. A neighbour on the connection keeps
+// its lock throughout. CONTROL: the same election with a live ctx is
+// still waiting well past the grace a canceled call gets, and is elected
+// once the standby is back.
+func TestSessionSharedStatementEndsWithCtx(t *testing.T) {
+	sc := startStallable(t)
+	w := witness.Of(sc.admin)
+	ctx := testdb.Context(t)
+	opts := []pgadvisory.Option{pgadvisory.WithCheckInterval(50 * time.Millisecond)}
+	for _, drv := range frontdoor.Drivers {
+		t.Run(string(drv), func(t *testing.T) {
+			d := proxiedClusterDoor(t, sc.c, drv, "elector", sc.px).WithLocker(pgadvisory.WithSessionConns(1))
+			key, other, free := testdb.Key(t), testdb.Key(t), testdb.Key(t)
+			endOther, lostOther := holdShared(t, ctx, d, other, opts...)
+
+			sc.stall(true)
+			lctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			var ran atomic.Bool
+			go func() {
+				done <- d.Lead(lctx, pgadvisory.ID(key), func(context.Context, int64) error {
+					ran.Store(true)
+					return nil
+				}, opts...)
+			}()
+			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+			require.Equal(t, w.Holder(t, other).PID, w.Holder(t, key).PID, "one shared connection")
+
+			// Queued behind the election: returns at its deadline.
+			qctx, qcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			err := d.RunSession(qctx, pgadvisory.ID(free), func(context.Context) error { return errors.New("fn ran") })
+			qcancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.True(t, sc.committing(), "the queued call returned while the election still waits")
+
+			cancel()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, context.Canceled)
+				var pe *pgadvisory.Error
+				require.ErrorAs(t, err, &pe)
+				require.Equal(t, pgadvisory.OpElect, pe.Op)
+			case <-time.After(3 * time.Second):
+				t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
+			}
+			require.True(t, sc.committing(), "the election statement still runs after the call returned")
+			require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
+
+			sc.stall(false)
+			require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
+				"the abandoned election's lock is released")
+			require.Empty(t, w.Holds(t, free))
+			_, err = d.CurrentLeader(ctx, pgadvisory.ID(key))
+			require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
+			// It resigned, not merely unlocked: a plain session lock on the
+			// key, taken on the same backend (the only shared connection), is
+			// not named leader.
+			require.NoError(t, d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
+				require.Equal(t, w.Holder(t, other).PID, w.Holder(t, key).PID, "the same backend")
+				_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
+				require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "the abandoned election's leader is named again")
+				return nil
+			}))
+
+			// CONTROL: a live ctx waits for the election.
+			sc.stall(true)
+			var term atomic.Int64
+			go func() {
+				done <- d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, tm int64) error { term.Store(tm); return nil }, opts...)
+			}()
+			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("the control's Lead returned while its election waited: %v", err)
+			case <-time.After(500 * time.Millisecond):
+			}
+			sc.stall(false)
+			require.NoError(t, frontdoor.Await(t, done, "the control's Lead"))
+			require.Positive(t, term.Load())
+
+			select {
+			case <-lostOther:
+				t.Fatal("the neighbour on the shared connection lost its lock")
+			default:
+			}
+			err, cause := endOther()
+			require.NoError(t, err)
+			require.NoError(t, cause)
+			require.Empty(t, w.Holds(t, key, other))
+			frontdoor.RequireIdle(t, d)
+		})
+	}
+}
+
+// TestSessionSharedAloneStatementEndsWithCtx: a call alone on its shared
+// connection (no other call's lock on it) runs its statements on its own
+// goroutine, and still returns when its ctx ends. Its election commits
+// while the synchronous standby is stalled; its ctx is canceled. Lead
+// returns context.Canceled (Op elect) within the grace, as the election's
+// own error and nothing else (no failed release with it), while the
+// election still waits, and fn does not run. The connection, which
+// carried nothing else, was closed: once the standby is back the lock is
+// free, nobody is named leader, and the Locker leads again with a newer
+// term. CONTROL: the same election with a live ctx is still waiting well
+// past the grace, and is elected once the standby is back.
+func TestSessionSharedAloneStatementEndsWithCtx(t *testing.T) {
+	sc := startStallable(t)
+	w := witness.Of(sc.admin)
+	ctx := testdb.Context(t)
+	opts := []pgadvisory.Option{pgadvisory.WithCheckInterval(50 * time.Millisecond)}
+	for _, drv := range frontdoor.Drivers {
+		t.Run(string(drv), func(t *testing.T) {
+			d := proxiedClusterDoor(t, sc.c, drv, "elector", sc.px).WithLocker(pgadvisory.WithSessionConns(1))
+			key := testdb.Key(t)
+
+			sc.stall(true)
+			lctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			var ran atomic.Bool
+			go func() {
+				done <- d.Lead(lctx, pgadvisory.ID(key), func(context.Context, int64) error {
+					ran.Store(true)
+					return nil
+				}, opts...)
+			}()
+			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+			abandoned := w.Holder(t, key).PID
+
+			cancel()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, context.Canceled)
+				require.IsType(t, &pgadvisory.Error{}, err, "the election's error alone: %v", err)
+				require.Equal(t, pgadvisory.OpElect, err.(*pgadvisory.Error).Op)
+			case <-time.After(3 * time.Second):
+				t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
+			}
+			require.True(t, sc.committing(), "the election statement still runs after the call returned")
+			require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
+
+			sc.stall(false)
+			require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
+				"the abandoned election's lock is released")
+			_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
+			require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
+
+			// CONTROL: a live ctx waits for the election, on another backend
+			// (the abandoned one's connection was closed).
+			sc.stall(true)
+			var term atomic.Int64
+			go func() {
+				done <- d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, tm int64) error { term.Store(tm); return nil }, opts...)
+			}()
+			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond)
+			require.NotEqual(t, abandoned, w.Holder(t, key).PID, "the abandoned election's connection was closed")
+			select {
+			case err := <-done:
+				t.Fatalf("the control's Lead returned while its election waited: %v", err)
+			case <-time.After(500 * time.Millisecond):
+			}
+			sc.stall(false)
+			require.NoError(t, frontdoor.Await(t, done, "the control's Lead"))
+			require.Positive(t, term.Load())
+			require.Empty(t, w.Holds(t, key))
+			frontdoor.RequireIdle(t, d)
+		})
+	}
+}

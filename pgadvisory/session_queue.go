@@ -1,0 +1,355 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Session-lock waiters in lockgen's queue (migrations/00011_waiting.sql).
+//
+// A waiting session lock on one exclusive key taken on the shared
+// connections (RunSession with WithWait, Lead, Campaign) does not wait in
+// the server's lock queue on a connection of its own: it waits the way a
+// waiting transaction lock does (wait_queue.go), as a row of
+// pgadvisory.waiter, holding no connection, and takes its lock on a
+// shared connection when it is the head of the queue. So its lock, and a
+// leadership's, lives on the shared connections, and a pool smaller than
+// the waiters does not keep anyone waiting for a connection.
+//
+// Each try is one statement on a shared connection (sessionQueueTrySQL):
+// wait_try, which takes the lock as a transaction lock for the head of the
+// queue (or for a first try when nobody is queued) and otherwise joins or
+// refreshes the call's row, and then, only when wait_try granted it,
+// pg_try_advisory_lock of the same key on the same backend, which cannot
+// fail: the statement's transaction, ending at once, gives up the
+// transaction lock and keeps the session lock. A first try is thus one
+// statement, as a try that does not wait.
+//
+// A key that another call of this Locker holds or is taking (the key
+// table) is not tried on a shared connection, which may be the backend
+// holding it (advisory locks are re-entrant per backend): the call's row
+// is joined or refreshed instead on a pool connection, in a transaction
+// rolled back if wait_try found the lock free there (sessionQueueRefresh).
+//
+// The release of a lock taken so NOTIFYs the head of the queue in its
+// unlock statement (sessionUnlockWakeSQL), and wakes the Locker's own
+// waiters for the key. Waiters that are not woken try every heartbeat of
+// the Locker's check interval, the head too, since a session lock is
+// usually held long (a leadership): a holder that died is noticed within
+// one heartbeat of the server's releasing its locks, or later when the
+// Locker's poll slots (poll_gate.go) stretch the heartbeats of many
+// waiters.
+
+// sessionQueued reports whether c, a session lock on a pool's shared
+// connections, waits in lockgen's queue: a waiting call on one exclusive
+// key, on a Locker whose database has the queue.
+func (c *callState) sessionQueued() bool {
+	return c.wait && c.session && !c.shared && len(c.ids) == 1 && c.lim == nil &&
+		c.locker != nil && !c.locker.noQueue.Load()
+}
+
+// sessionQueueTrySQL is a queued session lock's try on a shared
+// connection: the try statement's columns (granted, standby, pid, guarded
+// by the pid in $4; see lockSQL) and wait_try's place and head. CASE, not
+// AND, makes pg_try_advisory_lock run only after wait_try granted.
+const sessionQueueTrySQL = `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) $4::pg_catalog.int4 THEN ` +
+	`CASE WHEN g.granted THEN pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8) ELSE false END END, false), ` +
+	`pg_catalog.pg_is_in_recovery(), pg_catalog.pg_backend_pid(), g.seq, g.head ` +
+	`FROM pgadvisory.wait_try($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int8, 0) AS g`
+
+// sessionWakeSQL notifies the head of lock $1's queue, if any: the
+// wake-up that a queued session lock's release sends.
+const sessionWakeSQL = `SELECT pg_catalog.count(pg_catalog.pg_notify('` + waitChannel + `', ` +
+	`$1::pg_catalog.int8::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) h.seq::pg_catalog.text)) ` +
+	`FROM (SELECT w.seq FROM pgadvisory.waiter AS w WHERE w.lock_id OPERATOR(pg_catalog.=) $1::pg_catalog.int8 ` +
+	`AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() ORDER BY w.seq LIMIT 1) AS h`
+
+// sessionUnlockWakeSQL is unlock, a single lock's unlock statement whose
+// first parameter is the lock ID, that also wakes the head of the lock's
+// queue (delivered when the statement's transaction commits, after the
+// unlock).
+func sessionUnlockWakeSQL(unlock string) string {
+	return "SELECT u.n FROM (" + unlock + " OFFSET 0) AS u(n), (" + sessionWakeSQL + ") AS woke"
+}
+
+// queuedSessionListener is the listening connection of the queued
+// session waiters of a Locker on pool (*pgxpool.Pool, *sql.DB); nil:
+// they poll.
+func queuedSessionListener(pool any) func(context.Context) (notifyConn, error) {
+	switch p := pool.(type) {
+	case *pgxpool.Pool:
+		return pgxListener(p)
+	case *sql.DB:
+		return stdlibListener(p)
+	}
+	return nil
+}
+
+// queuedAcquire takes l's lock through lockgen's queue: tries on a shared
+// connection, sleeping in between without a connection, until granted,
+// WithWait's timeout or ctx. A wait that ends without the lock leaves the
+// queue.
+func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.Time) (*sharedConn, error) {
+	c := l.c
+	q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds())}
+	if c.timeout > 0 {
+		q.deadline = start.Add(c.timeout)
+	}
+	var sub *waitSub
+	defer func() {
+		if sub != nil {
+			c.locker.waits.unsubscribe(sub)
+			c.locker.polls.exit()
+		}
+	}()
+	heartbeat := waitHeartbeat(c.locker.interval)
+	// A session lock is usually held long: a waiter tries every heartbeat,
+	// and after a wake-up (which may come a moment before the lock is
+	// free) from 1ms doubling back to the heartbeat.
+	next := heartbeat
+	for {
+		sc, granted, abandoned, err := p.queueTry(ctx, l, q)
+		if abandoned {
+			return nil, err // the background gives back the lock and the place
+		}
+		if err != nil {
+			if !q.seq.Valid && noQueueSchema(err) {
+				// No queue in this database: wait in the server's.
+				c.locker.noQueue.Store(true)
+				return p.acquire(ctx, l, start)
+			}
+			p.leaveQueue(ctx, l, q)
+			return nil, err
+		}
+		if granted {
+			c.queuedSession = true
+			return sc, nil
+		}
+		if sub == nil {
+			sub = c.locker.waits.subscribe(c.ids[0], c.listen)
+			c.locker.polls.enter()
+		}
+		sub.seq.Store(q.seq.Int64)
+		sleep := next/2 + rand.N(next/2+1)
+		next = min(2*next, heartbeat)
+		if !q.deadline.IsZero() {
+			left := time.Until(q.deadline)
+			if left <= 0 {
+				p.leaveQueue(ctx, l, q)
+				return nil, c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
+			}
+			sleep = min(sleep, left)
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-t.C:
+			// A poll: it waits for the Locker's next poll slot.
+			switch got, err := c.locker.polls.wait(ctx, q.deadline, sub.ch); {
+			case err != nil:
+				p.leaveQueue(ctx, l, q)
+				return nil, c.failure(ctx, "lock", err)
+			case got == pollDeadline:
+				p.leaveQueue(ctx, l, q)
+				return nil, c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
+			case got == pollWoken:
+				next = time.Millisecond
+			}
+		case <-sub.ch:
+			next = time.Millisecond
+		case <-ctx.Done():
+			t.Stop()
+			p.leaveQueue(ctx, l, q)
+			return nil, c.failure(ctx, "lock", ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// queueTry is one try of a queued session lock: on a shared connection
+// when the key table shows the key free in this process (reserved there
+// for the try, kept if granted), else a refresh of the call's place on a
+// pool connection. abandoned: ctx ended while the try's statement ran; it
+// ends in the background, which gives back what it granted and the call's
+// place.
+func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (sc *sharedConn, granted, abandoned bool, err error) {
+	c := l.c
+	for {
+		sc, err := p.place(ctx, c, l.open)
+		if err != nil {
+			return nil, false, false, err
+		}
+		if err := sc.admit(ctx, c); err != nil {
+			sc.leave()
+			return nil, false, false, err
+		}
+		p.mu.Lock()
+		free := p.reserve(c)
+		p.mu.Unlock()
+		if !free {
+			sc.leave()
+			return nil, false, false, p.queueRefresh(ctx, l, q)
+		}
+		unreserve := func() {
+			p.mu.Lock()
+			p.unregister(c)
+			p.mu.Unlock()
+		}
+		if err := sc.acquireSem(ctx); err != nil {
+			unreserve()
+			sc.leave()
+			return nil, false, false, c.failure(ctx, "begin", err)
+		}
+		if sc.isDead() {
+			sc.releaseSem()
+			unreserve()
+			sc.leave()
+			continue
+		}
+		var ok, standby bool
+		var pid int32
+		var seq sql.NullInt64
+		var head sql.NullBool
+		var prev any
+		if q.seq.Valid {
+			prev = q.seq.Int64
+		}
+		abandoned, err := sc.call(ctx, l, c.checkTimeout, func(err error) {
+			if err == nil && ok && pid == sc.pid {
+				sc.p.mu.Lock()
+				sc.locks[l] = struct{}{}
+				sc.p.mu.Unlock()
+				c.queuedSession = true
+				_ = sc.p.unlockLocked(bgCtx, sc, l)
+			} else if err == nil && seq.Valid {
+				var left bool
+				_ = sc.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], seq.Int64}, &left)
+			}
+			sc.releaseSem()
+			unreserve()
+			sc.leave()
+		}, sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}, &ok, &standby, &pid, &seq, &head)
+		if abandoned {
+			return nil, false, true, c.failure(ctx, "lock", err)
+		}
+		switch {
+		case err != nil:
+			if pooled := pooledStatementError(err); pooled != nil {
+				sc.fail(pooled)
+				err = c.refusal(ctx, "lock", ErrTransactionPooler, pooled)
+			} else {
+				if !sc.isDead() {
+					sc.unlockHeld(ctx, l)
+				}
+				err = c.failure(ctx, "lock", err)
+			}
+		case pid != sc.pid:
+			sc.fail(fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
+			err = c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
+		case standby:
+			err = c.refusal(ctx, "lock", ErrStandby, nil)
+		case ok:
+			sc.p.mu.Lock()
+			sc.locks[l] = struct{}{}
+			if c.interval < sc.armed {
+				sc.armed = c.interval
+				sc.timer.Reset(c.interval)
+			}
+			sc.p.mu.Unlock()
+			sc.releaseSem()
+			if ctx.Err() != nil {
+				// Granted, but the caller gave up meanwhile.
+				c.queuedSession = true
+				_, _ = p.release(ctx, sc, l)
+				return nil, false, false, c.failure(ctx, "lock", ctx.Err())
+			}
+			return sc, true, false, nil
+		default:
+			q.seq, q.head = seq, head
+		}
+		sc.releaseSem()
+		unreserve()
+		sc.leave()
+		return nil, false, false, err
+	}
+}
+
+// queueRefresh joins or refreshes the call's place in the queue on a pool
+// connection, without taking the lock: another call of this Locker holds
+// or takes the key, maybe on the shared connection that would be tried. A
+// transaction in which wait_try found the lock free (that call's release
+// or try is under way) is rolled back: the place is kept as it was.
+func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueState) error {
+	c := l.c
+	conn, err := l.open(ctx)
+	if err != nil {
+		return c.failure(ctx, "begin", poolWaitError(ctx, err))
+	}
+	var prev any
+	if q.seq.Valid {
+		prev = q.seq.Int64
+	}
+	var granted, standby bool
+	var seq sql.NullInt64
+	var head sql.NullBool
+	if err := conn.simpleExec(ctx, "BEGIN"); err != nil {
+		conn.discard()
+		return c.failure(ctx, "lock", err)
+	}
+	if err := conn.queryRow(ctx, waitTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), int64(0)}, &granted, &standby, &seq, &head); err != nil {
+		conn.discard() // the server rolls the transaction back
+		return c.failure(ctx, "lock", err)
+	}
+	end := "COMMIT"
+	if granted {
+		end = "ROLLBACK"
+	}
+	if err := conn.simpleExec(ctx, end); err != nil {
+		conn.discard()
+		return c.failure(ctx, "lock", err)
+	}
+	conn.release()
+	if standby {
+		return c.refusal(ctx, "lock", ErrStandby, nil)
+	}
+	if !granted {
+		q.seq, q.head = seq, head
+	}
+	return nil
+}
+
+// leaveQueue removes the call's row from the queue, if it joined, even
+// when ctx is done (on a pool connection, within the check timeout); a
+// failure leaves the row to expire.
+func (p *sessionPool) leaveQueue(ctx context.Context, l *muxLock, q *queueState) {
+	if !q.seq.Valid {
+		return
+	}
+	c := l.c
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
+	defer cancel()
+	conn, err := l.open(lctx)
+	if err != nil {
+		return
+	}
+	var left bool
+	if err := conn.queryRow(lctx, waitLeaveSQL, []any{c.ids[0], q.seq.Int64}, &left); err != nil {
+		conn.discard()
+		return
+	}
+	conn.release()
+	q.seq.Valid = false
+}
+
+// wakeQueued wakes the Locker's own waiters for c's key once c, taken
+// through the queue, has released it: those of this process try at once,
+// without waiting for the NOTIFY's round trip through the server.
+func (c *callState) wakeQueued() {
+	if c.queuedSession {
+		c.locker.waits.wake(c.ids[0], 0, false)
+	}
+}
