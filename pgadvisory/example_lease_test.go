@@ -71,3 +71,55 @@ func ExampleLocker_WatchLeader() {
 	// no leader
 	// true
 }
+
+// Campaign with a lease keeps leading through any pooler: while another
+// replica holds the lease it polls for it (ttl/10, holding no connection),
+// and after a resign it campaigns again. Each term is greater than the
+// last and is the lock's fencing token.
+func ExampleLocker_Campaign_lease() {
+	ctx := context.Background()
+	db := exampleDB() // through a transaction pooler, this works the same
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	lock := pgadvisory.ID(exampleLockID("campaign-lease"))
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithDefaultHolder("relay-a"))
+	if err != nil {
+		panic(err)
+	}
+	errDone := errors.New("done")
+	var terms []int64
+	err = l.Campaign(ctx, lock, func(ctx context.Context, term int64) error {
+		terms = append(terms, term)
+		if len(terms) < 2 {
+			return nil // resign: campaign again
+		}
+		return errDone // fn's error ends the campaign
+	}, pgadvisory.WithLease(5*time.Second))
+	fmt.Println(errors.Is(err, errDone), len(terms), terms[1] > terms[0])
+	// Output: true 2 true
+}
+
+// RunSession with a lease holds a lock for long work without a session of
+// its own, so it works through a transaction pooler. ctx is canceled
+// (cause: ErrLockLost) before the holder's own deadline passes without a
+// renewal; the lease is released when fn returns.
+func ExampleLocker_RunSession_lease() {
+	ctx := context.Background()
+	db := exampleDB()
+	defer db.Close()
+	exampleMigrate(ctx, db)
+	lock := pgadvisory.ID(exampleLockID("session-lease"))
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		panic(err)
+	}
+	err = l.RunSession(ctx, lock, func(ctx context.Context) error {
+		other := l.RunSession(ctx, lock, func(context.Context) error { return nil }, pgadvisory.WithLease(time.Minute))
+		fmt.Println("held elsewhere:", errors.Is(other, pgadvisory.ErrLocked))
+		return ctx.Err() // long work, checking ctx
+	}, pgadvisory.WithLease(time.Minute))
+	fmt.Println("done:", err == nil)
+	// Output:
+	// held elsewhere: true
+	// done: true
+}

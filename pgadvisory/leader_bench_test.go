@@ -4,6 +4,10 @@ package pgadvisory_test
 // baselines in the same run (SUITE=leader .ci/bench runs them in
 // interleaved passes and prints the ratios).
 //
+// Lead and RunSession candidates wait in lockgen's queue (a row of
+// pgadvisory.waiter) and are woken by the leader's release (NOTIFY); the
+// bare baselines wait in the server's queue.
+//
 // Each op is one handoff: the leader resigns (its fn returns) while the
 // next candidate waits in the lock's queue, and the op ends when the next
 // candidate's fn starts. The timer runs only over that span; between ops,
@@ -56,7 +60,7 @@ func BenchmarkLeader(b *testing.B) {
 				doors[i] = frontdoor.Open(b, drv, frontdoor.MaxConns(2))
 			}
 			benchHandoff(b, w, key, func(ctx context.Context, i int, hold func()) error {
-				return doors[i].Lead(ctx, key, func(context.Context, int64) error {
+				return doors[i].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
 					hold()
 					return nil
 				})
@@ -98,7 +102,7 @@ func BenchmarkLeader(b *testing.B) {
 			doors[i] = frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(2))
 		}
 		benchHandoff(b, w, key, func(ctx context.Context, i int, hold func()) error {
-			return doors[i].RunSession(ctx, key, func(context.Context) error {
+			return doors[i].RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 				hold()
 				return nil
 			}, pgadvisory.WithWait(0))
@@ -153,7 +157,23 @@ func benchConn(b *testing.B) *pgx.Conn {
 // candidate(ctx, i, hold) in a loop: a candidate takes the leadership, calls
 // hold, which returns when it is told to resign (or ctx ends), and gives
 // the leadership up. An op is from the resign to the next candidate's hold.
-func benchHandoff(b *testing.B, w *witness.Witness, key int64, candidate func(ctx context.Context, i int, hold func()) error) {
+func benchHandoff(b *testing.B, w *witness.Witness, key int64, candidate func(ctx context.Context, i int, hold func()) error) []time.Duration {
+	return benchHandoffWaiting(b, nil, func() {
+		// In lockgen's queue (Lead, RunSession) or the server's (bare).
+		for deadline := time.Now().Add(time.Minute); waitingFor(b, w, []int64{key}) != 1; time.Sleep(50 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("the next candidate does not wait in the queue")
+			}
+		}
+	}, candidate)
+}
+
+// benchHandoffWaiting is benchHandoff with queued, which returns once the
+// candidate that does not hold the leadership waits for it (the timer is
+// stopped meanwhile). It returns each op's duration. A candidate elected
+// twice in a row (the other did not take over) fails b, unless retakes is
+// given: then it is counted there, and the op lasts until it is elected.
+func benchHandoffWaiting(b *testing.B, retakes *int, queued func(), candidate func(ctx context.Context, i int, hold func()) error) []time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan int)
 	resign := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
@@ -200,18 +220,13 @@ func benchHandoff(b *testing.B, w *witness.Witness, key int64, candidate func(ct
 		}
 		return -1
 	}
-	queued := func() {
-		for deadline := time.Now().Add(time.Minute); w.Locks(b, false, key) != 1; time.Sleep(50 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				b.Fatal("the next candidate does not wait in the queue")
-			}
-		}
-	}
 	holder := next()
 	handoff := func() {
 		resign[holder] <- struct{}{}
 		got := next()
-		if got == holder {
+		if got == holder && retakes != nil {
+			*retakes++
+		} else if got == holder {
 			b.Fatalf("candidate %d was elected twice in a row: the other did not wait", got)
 		}
 		holder = got
@@ -221,11 +236,15 @@ func benchHandoff(b *testing.B, w *witness.Witness, key int64, candidate func(ct
 		handoff()
 	}
 	queued()
+	var ops []time.Duration
 	for b.Loop() {
+		start := time.Now()
 		handoff()
+		ops = append(ops, time.Since(start))
 		b.StopTimer()
 		queued()
 		b.StartTimer()
 	}
 	b.StopTimer()
+	return ops
 }

@@ -14,12 +14,14 @@ const (
 )
 
 // campaign is Campaign's loop around lead (Lead or LeadPgx).
-func campaign(ctx context.Context, fn func(context.Context, int64) error, lead func(context.Context, func(context.Context, int64) error) error) error {
+// lead's resigned tells it that the previous attempt's leader resigned.
+func campaign(ctx context.Context, fn func(context.Context, int64) error, lead func(context.Context, func(context.Context, int64) error, bool) error) error {
 	if fn == nil {
 		// Lead refuses it too; refuse before the first attempt all the same.
-		return lead(ctx, nil)
+		return lead(ctx, nil, false)
 	}
 	backoff := campaignMinBackoff
+	resigned := false
 	for ctx.Err() == nil {
 		var led bool
 		var fnErr error
@@ -27,12 +29,14 @@ func campaign(ctx context.Context, fn func(context.Context, int64) error, lead f
 			led = true
 			fnErr = fn(lctx, term)
 			return fnErr
-		})
+		}, resigned)
+		resigned = false
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err == nil:
 			backoff = campaignMinBackoff
+			resigned = true
 			continue // resigned: queue again
 		case permanent(err):
 			return err

@@ -27,7 +27,7 @@ func TestCampaign(t *testing.T) {
 		key := testdb.Key(t)
 		stop := errors.New("stop")
 		var terms []int64
-		err := d.Campaign(ctx, key, func(lctx context.Context, term int64) error {
+		err := d.Campaign(ctx, pgadvisory.ID(key), func(lctx context.Context, term int64) error {
 			terms = append(terms, term)
 			switch len(terms) {
 			case 1: // lost: the backend is terminated
@@ -47,10 +47,10 @@ func TestCampaign(t *testing.T) {
 		require.Empty(t, w.Holds(t, key))
 
 		// ctx ends the campaign (here while another candidate leads) with nil.
-		require.NoError(t, d.Lead(ctx, key, func(ctx context.Context, term int64) error {
+		require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
-			return d.Campaign(cctx, key, notCalledLead(t))
+			return d.Campaign(cctx, pgadvisory.ID(key), notCalledLead(t))
 		}))
 	})
 }

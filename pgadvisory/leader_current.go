@@ -19,6 +19,10 @@ type Leader struct {
 	Term   int64     // the leader's term: the lock's published fencing token
 	PID    int32     // the server backend holding the lock; 0 for a lease leader ([WithLease]), which no backend holds
 	Since  time.Time // when it was elected, or took its lease (server clock)
+	// Expires is when a lease leader's lease expires unless renewed
+	// (server clock), as of the answer; zero for a session-lock leader,
+	// whose leadership ends with its session.
+	Expires time.Time
 }
 
 func currentLeader(ctx context.Context, db *sql.DB, lockID int64, name string) (Leader, error) {
@@ -29,7 +33,11 @@ func currentLeader(ctx context.Context, db *sql.DB, lockID int64, name string) (
 	if err != nil {
 		return Leader{}, currentLeaderFailure(ctx, lockID, name, err)
 	}
-	return Leader{Holder: row.Holder, Term: row.Term, PID: row.Pid, Since: row.ElectedAt}, nil
+	ld := Leader{Holder: row.Holder, Term: row.Term, PID: row.Pid, Since: row.ElectedAt}
+	if row.Pid == 0 {
+		ld.Expires = row.ExpiresAt
+	}
+	return ld, nil
 }
 
 func currentLeaderPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, name string) (Leader, error) {
@@ -40,7 +48,11 @@ func currentLeaderPgx(ctx context.Context, pool *pgxpool.Pool, lockID int64, nam
 	if err != nil {
 		return Leader{}, currentLeaderFailure(ctx, lockID, name, err)
 	}
-	return Leader{Holder: row.Holder, Term: row.Term, PID: row.Pid, Since: row.ElectedAt.Time}, nil
+	ld := Leader{Holder: row.Holder, Term: row.Term, PID: row.Pid, Since: row.ElectedAt.Time}
+	if row.Pid == 0 {
+		ld.Expires = row.ExpiresAt.Time
+	}
+	return ld, nil
 }
 
 // currentLeaderFailure is CurrentLeader's error: ErrNoLeader for no row,

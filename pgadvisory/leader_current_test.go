@@ -1,12 +1,10 @@
 package pgadvisory_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
@@ -64,29 +62,14 @@ func TestCurrentLeaderAfterProcessKilled(t *testing.T) {
 	admin := migrated.DB(t)
 	key := testdb.Key(t)
 	ctx := testdb.Context(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCurrentLeaderChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childURL+"="+testdb.URL(t), childKey+"="+strconv.FormatInt(key, 10))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-	}()
+	child := startChild(t, "TestCurrentLeaderChildProcess", childURL+"="+testdb.URL(t), childKey+"="+strconv.FormatInt(key, 10))
+	cmd := child.cmd
 	var term int64
-	_, err = fmt.Sscanf(frontdoor.Await(t, lines, "the leader process's election"), "elected %d", &term)
+	_, err := fmt.Sscanf(frontdoor.Await(t, child.lines, "the leader process's election"), "elected %d", &term)
 	require.NoError(t, err)
 
 	for _, d := range frontdoor.OpenAll(t) {
-		leader, err := d.CurrentLeader(ctx, key)
+		leader, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 		require.NoError(t, err, d.Label())
 		require.Equal(t, "child", leader.Holder)
 		require.Equal(t, term, leader.Term)
@@ -99,7 +82,7 @@ func TestCurrentLeaderAfterProcessKilled(t *testing.T) {
 	require.Eventually(t, func() bool { return witness.Of(admin).LockFree(t, key) }, 30*time.Second, 10*time.Millisecond,
 		"the server ends the dead process's backend")
 	for _, d := range frontdoor.OpenAll(t) {
-		_, err := d.CurrentLeader(ctx, key)
+		_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 		require.ErrorIs(t, err, pgadvisory.ErrNoLeader, d.Label())
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
@@ -125,8 +108,8 @@ func TestCurrentLeaderIsTheSameBackend(t *testing.T) {
 	frontdoor.ForEach(t, func(t *testing.T, d frontdoor.Door) {
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
-		err := d.Lead(ctx, key, func(ctx context.Context, term int64) error {
-			leader, err := d.CurrentLeader(ctx, key)
+		err := d.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
+			leader, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.NoError(t, err)
 			require.Equal(t, term, leader.Term)
 			require.EqualValues(t, w.Holder(t, key).PID, leader.PID)
@@ -140,10 +123,10 @@ func TestCurrentLeaderIsTheSameBackend(t *testing.T) {
 				require.NoError(t, err)
 			}
 			setElected(started)
-			_, err = d.CurrentLeader(ctx, key)
+			_, err = d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "a backend with the same pid that started after the election")
 			setElected(elected)
-			_, err = d.CurrentLeader(ctx, key)
+			_, err = d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.NoError(t, err, "control: the same backend again")
 
 			// A term published by someone else (the sequence moved past it
@@ -151,7 +134,7 @@ func TestCurrentLeaderIsTheSameBackend(t *testing.T) {
 			// forced here) is not the leader's.
 			_, err = admin.ExecContext(ctx, `UPDATE pgadvisory.fence SET token = token + 1 WHERE lock_id = $1`, key)
 			require.NoError(t, err)
-			_, err = d.CurrentLeader(ctx, key)
+			_, err = d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "a term that is not the published token")
 			return nil
 		})
@@ -159,8 +142,8 @@ func TestCurrentLeaderIsTheSameBackend(t *testing.T) {
 
 		// After the leader resigned, a plain session lock on the key is no
 		// leader, although the leader row is still there.
-		require.NoError(t, d.RunSession(ctx, key, func(ctx context.Context) error {
-			_, err := d.CurrentLeader(ctx, key)
+		require.NoError(t, d.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
+			_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
 			return nil
 		}))

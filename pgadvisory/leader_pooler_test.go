@@ -30,14 +30,14 @@ func TestLeadRefusedBehindTransactionPooler(t *testing.T) {
 			ctx := testdb.Context(t) // a refusal that breaks makes Campaign wait: the deadline names this test
 			key := testdb.Key(t)
 			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)} {
-				err := d.Lead(ctx, key, notCalledLead(t))
+				err := d.Lead(ctx, pgadvisory.ID(key), notCalledLead(t))
 				sqlstate.RequireTyped(t, err, pgadvisory.ErrTransactionPooler, "begin", "", d.Label())
-				require.ErrorIs(t, d.Campaign(ctx, key, notCalledLead(t)), pgadvisory.ErrTransactionPooler, "%s: Campaign gives up at once", d.Label())
+				require.ErrorIs(t, d.Campaign(ctx, pgadvisory.ID(key), notCalledLead(t)), pgadvisory.ErrTransactionPooler, "%s: Campaign gives up at once", d.Label())
 				require.Empty(t, w.Holds(t, key), d.Label())
 				require.Zero(t, fencing.Published(t, admin, key), "%s: no term was published", d.Label())
 			}
 			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.direct), frontdoor.OnPool(testdb.Pool(t))} {
-				require.NoError(t, d.Lead(ctx, key, func(ctx context.Context, term int64) error {
+				require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 					w.Holder(t, key)
 					return nil
 				}), d.Label())
@@ -58,25 +58,25 @@ func TestLeadThroughDeclaredSessionPooler(t *testing.T) {
 		t.Run(d.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
-			sqlstate.RequireTyped(t, d.Lead(ctx, key, notCalledLead(t)), pgadvisory.ErrTransactionPooler, "begin", "", "not declared")
-			require.NoError(t, d.Lead(ctx, key, func(ctx context.Context, term int64) error {
+			sqlstate.RequireTyped(t, d.Lead(ctx, pgadvisory.ID(key), notCalledLead(t)), pgadvisory.ErrTransactionPooler, "begin", "", "not declared")
+			require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 				require.Equal(t, term, fencing.Published(t, admin, key))
 				leader, err := pgadvisory.CurrentLeader(ctx, admin, key)
 				require.NoError(t, err)
 				require.EqualValues(t, w.Holder(t, key).PID, leader.PID)
 				direct := frontdoor.OnDB(admin)
-				require.ErrorIs(t, direct.Lead(ctx, key, notCalledLead(t), pgadvisory.WithWait(1)), pgadvisory.ErrLockTimeout)
+				require.ErrorIs(t, direct.Lead(ctx, pgadvisory.ID(key), notCalledLead(t), pgadvisory.WithWait(1)), pgadvisory.ErrLockTimeout)
 				return nil
 			}, declared))
 			require.Empty(t, w.Holds(t, key))
 
 			// The same declaration for a whole Locker: WithSessionModePooler.
 			pooled := d.WithLocker(pgadvisory.WithSessionModePooler())
-			require.NoError(t, pooled.Lead(ctx, key, func(ctx context.Context, term int64) error {
+			require.NoError(t, pooled.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 				require.Equal(t, term, fencing.Published(t, admin, key))
 				return nil
 			}))
-			require.NoError(t, pooled.RunSession(ctx, key, func(context.Context) error { return nil }))
+			require.NoError(t, pooled.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }))
 			require.Empty(t, w.Holds(t, key))
 		})
 	}

@@ -31,7 +31,7 @@ func TestLeadPublishWaitSparesSharedConnection(t *testing.T) {
 
 		// A first leader, deposed (it resigns), whose write is still in flight.
 		var oldTerm int64
-		require.NoError(t, writers.Lead(ctx, key, func(_ context.Context, term int64) error { oldTerm = term; return nil }))
+		require.NoError(t, writers.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error { oldTerm = term; return nil }))
 		_, release, done := fencing.OpenWriter(t, ctx, writers, table, oldTerm, 1)
 
 		// Another session lock on the only shared connection.
@@ -39,7 +39,7 @@ func TestLeadPublishWaitSparesSharedConnection(t *testing.T) {
 		stop := make(chan struct{})
 		otherDone := make(chan error, 1)
 		go func() {
-			otherDone <- d.RunSession(ctx, other, func(sctx context.Context) error {
+			otherDone <- d.RunSession(ctx, pgadvisory.ID(other), func(sctx context.Context) error {
 				close(otherHeld)
 				select {
 				case <-stop:
@@ -52,7 +52,7 @@ func TestLeadPublishWaitSparesSharedConnection(t *testing.T) {
 		frontdoor.Await(t, otherHeld, "the other session lock")
 
 		const checkTimeout = 500 * time.Millisecond
-		err := d.Lead(ctx, key, func(context.Context, int64) error {
+		err := d.Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
 			t.Error("elected while the deposed leader's write is in flight")
 			return nil
 		}, pgadvisory.WithCheckTimeout(checkTimeout))
@@ -69,7 +69,7 @@ func TestLeadPublishWaitSparesSharedConnection(t *testing.T) {
 		// Once the write commits, the next election publishes.
 		release()
 		require.NoError(t, frontdoor.Await(t, done, "the deposed leader's write"))
-		require.NoError(t, d.Lead(ctx, key, func(_ context.Context, term int64) error {
+		require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error {
 			require.Greater(t, term, oldTerm)
 			return nil
 		}, pgadvisory.WithCheckTimeout(checkTimeout)))

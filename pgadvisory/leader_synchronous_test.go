@@ -54,7 +54,7 @@ func TestLeadElectionIsSynchronous(t *testing.T) {
 			ran := make(chan int64, 1)
 			done := make(chan error, 1)
 			go func() {
-				done <- door.Lead(lctx, key, func(_ context.Context, term int64) error { ran <- term; return nil })
+				done <- door.Lead(lctx, pgadvisory.ID(key), func(_ context.Context, term int64) error { ran <- term; return nil })
 			}()
 			require.Eventually(t, func() bool {
 				var n int
@@ -98,7 +98,7 @@ func TestLeadElectionIsSynchronous(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond)
 	for _, drv := range frontdoor.Drivers {
 		var term int64
-		require.NoError(t, doors[drv].Lead(ctx, testdb.Key(t), func(_ context.Context, tm int64) error { term = tm; return nil }), drv)
+		require.NoError(t, doors[drv].Lead(ctx, pgadvisory.ID(testdb.Key(t)), func(_ context.Context, tm int64) error { term = tm; return nil }), drv)
 		require.Positive(t, term, drv)
 	}
 }

@@ -57,7 +57,7 @@ func TestLeadOneLeaderAtATime(t *testing.T) {
 			holder := []string{"alpha", "bravo", "charlie"}[i]
 			wg.Go(func() {
 				for range rounds {
-					err := d.Lead(ctx, key, func(ctx context.Context, term int64) error {
+					err := d.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 						n := active.Add(1)
 						defer active.Add(-1)
 						for {
@@ -72,7 +72,7 @@ func TestLeadOneLeaderAtATime(t *testing.T) {
 						if got := fencing.Published(t, admin, key); got != term {
 							return errors.New("the term is not the published token")
 						}
-						leader, err := d.CurrentLeader(ctx, key)
+						leader, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 						if err != nil {
 							return err
 						}
@@ -99,7 +99,7 @@ func TestLeadOneLeaderAtATime(t *testing.T) {
 			require.Greater(t, terms[i], terms[i-1], "terms must strictly increase in the order of election")
 		}
 		// Nobody leads now: the last leader resigned and released at once.
-		_, err := doors[0].CurrentLeader(ctx, key)
+		_, err := doors[0].CurrentLeader(ctx, pgadvisory.ID(key))
 		require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
 		require.Empty(t, witness.Of(admin).Holds(t, key))
 	})
@@ -153,7 +153,7 @@ func TestLeadFailoverWhenBackendKilled(t *testing.T) {
 		var killedAt time.Time
 		first := make(chan error, 1)
 		go func() {
-			first <- doors[0].Lead(ctx, key, func(lctx context.Context, term int64) error {
+			first <- doors[0].Lead(ctx, pgadvisory.ID(key), func(lctx context.Context, term int64) error {
 				elected <- term
 				<-lctx.Done()
 				canceledAfter <- time.Since(killedAt)
@@ -166,13 +166,13 @@ func TestLeadFailoverWhenBackendKilled(t *testing.T) {
 		second := make(chan error, 1)
 		newTerms := make(chan int64, 1)
 		go func() {
-			second <- doors[1].Lead(ctx, key, func(lctx context.Context, term int64) error {
+			second <- doors[1].Lead(ctx, pgadvisory.ID(key), func(lctx context.Context, term int64) error {
 				newTerms <- term
 				<-lctx.Done()
 				return nil
 			}, append(opts, pgadvisory.WithHolder("second"))...)
 		}()
-		require.Eventually(t, func() bool { return w.Locks(t, false, key) == 1 }, 30*time.Second, 10*time.Millisecond, "the second candidate waits")
+		require.Eventually(t, func() bool { return waitingFor(t, w, []int64{key}) == 1 }, 30*time.Second, 10*time.Millisecond, "the second candidate waits")
 		require.NoError(t, fencing.Write(admin, oldTerm, `INSERT INTO `+table+` (id, balance) VALUES (1, 1)`), "the leader's write")
 
 		holder := grantedHolder(t, w, key)
@@ -188,7 +188,7 @@ func TestLeadFailoverWhenBackendKilled(t *testing.T) {
 
 		newTerm := frontdoor.Await(t, newTerms, "the new leader")
 		require.Greater(t, newTerm, oldTerm)
-		leader, err := doors[1].CurrentLeader(ctx, key)
+		leader, err := doors[1].CurrentLeader(ctx, pgadvisory.ID(key))
 		require.NoError(t, err)
 		require.Equal(t, pgadvisory.Leader{Holder: "second", Term: newTerm, PID: int32(grantedHolder(t, w, key).PID), Since: leader.Since}, leader)
 
@@ -235,7 +235,7 @@ func TestLeadIgnoringItsContext(t *testing.T) {
 		doors := candidates(t, drv, 2)
 		interval := pgadvisory.WithCheckInterval(50 * time.Millisecond)
 		var lateWrite error
-		err := doors[0].Lead(ctx, key, func(_ context.Context, term int64) error {
+		err := doors[0].Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error {
 			var ok bool
 			if err := admin.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", w.Holder(t, key).PID).Scan(&ok); err != nil || !ok {
 				return errors.New("could not terminate the leader's backend")
@@ -243,7 +243,7 @@ func TestLeadIgnoringItsContext(t *testing.T) {
 			// Another replica is elected meanwhile.
 			elected := make(chan struct{})
 			go func() {
-				_ = doors[1].Lead(ctx, key, func(context.Context, int64) error { close(elected); return nil })
+				_ = doors[1].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error { close(elected); return nil })
 			}()
 			frontdoor.Await(t, elected, "the other replica's election")
 			lateWrite = doors[0].RunFenced(ctx, term, func(tx frontdoor.Tx) error {
@@ -266,16 +266,16 @@ func TestLeadPanicReleases(t *testing.T) {
 		key := testdb.Key(t)
 		var first int64
 		require.PanicsWithValue(t, "boom", func() {
-			_ = d.Lead(ctx, key, func(_ context.Context, term int64) error {
+			_ = d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error {
 				first = term
 				panic("boom")
 			})
 		})
 		require.NotZero(t, first)
 		require.Empty(t, witness.Of(admin).Holds(t, key), "the panicking leader's lock is released")
-		_, err := d.CurrentLeader(ctx, key)
+		_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 		require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
-		require.NoError(t, d.Lead(ctx, key, func(_ context.Context, term int64) error {
+		require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error {
 			if term <= first {
 				return errors.New("no higher term")
 			}
@@ -293,9 +293,9 @@ func TestLeadWaitBoundAndFnError(t *testing.T) {
 		key := testdb.Key(t)
 		doors := candidates(t, drv, 2)
 		boom := errors.New("boom")
-		err := doors[0].Lead(ctx, key, func(ctx context.Context, term int64) error {
+		err := doors[0].Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 			called := false
-			err := doors[1].Lead(ctx, key, func(context.Context, int64) error { called = true; return nil },
+			err := doors[1].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error { called = true; return nil },
 				pgadvisory.WithWait(100*time.Millisecond))
 			if !errors.Is(err, pgadvisory.ErrLockTimeout) || called {
 				return errors.New("a bounded campaign did not time out")
@@ -306,10 +306,10 @@ func TestLeadWaitBoundAndFnError(t *testing.T) {
 		require.NotErrorIs(t, err, pgadvisory.ErrLockLost)
 
 		// A campaign canceled by ctx while waiting.
-		err = doors[0].Lead(ctx, key, func(ctx context.Context, term int64) error {
+		err = doors[0].Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
 			wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			defer cancel()
-			err := doors[1].Lead(wctx, key, func(context.Context, int64) error { return nil })
+			err := doors[1].Lead(wctx, pgadvisory.ID(key), func(context.Context, int64) error { return nil })
 			if !errors.Is(err, context.DeadlineExceeded) {
 				return errors.New("a canceled campaign did not end")
 			}
@@ -363,13 +363,13 @@ func TestLeadNotMigrated(t *testing.T) {
 		d := frontdoor.Open(t, drv, frontdoor.URL(url))
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
-		err := d.Lead(ctx, key, func(context.Context, int64) error { t.Error("fn ran"); return nil })
+		err := d.Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error { t.Error("fn ran"); return nil })
 		require.ErrorIs(t, err, pgadvisory.ErrNotMigrated)
 		var pe *pgadvisory.Error
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, pgadvisory.OpElect, pe.Op)
 		frontdoor.RequireIdle(t, d)
-		require.ErrorIs(t, d.Campaign(ctx, key, func(context.Context, int64) error { return nil }), pgadvisory.ErrNotMigrated)
+		require.ErrorIs(t, d.Campaign(ctx, pgadvisory.ID(key), func(context.Context, int64) error { return nil }), pgadvisory.ErrNotMigrated)
 	})
 }
 
@@ -382,7 +382,7 @@ func TestLeadSequenceBehind(t *testing.T) {
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		fencing.PublishAhead(t, admin, key)
-		err := d.Lead(ctx, key, notCalledLead(t))
+		err := d.Lead(ctx, pgadvisory.ID(key), notCalledLead(t))
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrStaleToken, "elect", "LF004")
 		require.Empty(t, witness.Of(admin).Holds(t, key))
 		frontdoor.RequireIdle(t, d)
@@ -402,12 +402,12 @@ func TestLeadSequenceEqual(t *testing.T) {
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		var first int64
-		require.NoError(t, d.Lead(ctx, key, func(_ context.Context, term int64) error { first = term; return nil }))
+		require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error { first = term; return nil }))
 		require.Equal(t, first, fencing.Published(t, admin, key), "control: the first election published its term")
 
 		_, err := admin.ExecContext(ctx, `SELECT setval('pgadvisory.fencing_token_seq', $1, false)`, first)
 		require.NoError(t, err)
-		err = d.Lead(ctx, key, notCalledLead(t))
+		err = d.Lead(ctx, pgadvisory.ID(key), notCalledLead(t))
 		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrStaleToken, "elect", "LF004")
 		require.Equal(t, []int64{key}, pe.LockIDs)
 		require.Equal(t, first, fencing.Published(t, admin, key), "the published term stays")

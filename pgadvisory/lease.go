@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// WithLease makes a leadership of [Locker.Lead] a lease: a row of
+// WithLease makes a leadership of [Locker.Lead] or [Locker.Campaign], or
+// the lock of [Locker.RunSession], a lease: a row of
 // pgadvisory.lease (migrations/00009_lease.sql) with an expiry on the
 // database's clock, instead of a session-level advisory lock. It needs no
 // session of its own, so it works through any pooler (PgBouncer in
@@ -46,19 +48,45 @@ import (
 //
 // When fn returns, the lease is released at once (pgadvisory.lease_release),
 // so the next candidate takes it without waiting for the expiry; a release
-// that fails leaves the lease to expire. Lead returns fn's error, or an
+// that fails leaves the lease to expire. The release's transaction commits
+// without waiting for its WAL flush (synchronous_commit off): lost in a
+// crash, it leaves the lease to expire, and the successor's durable term
+// flushes it anyway, so a hand-off costs one flush. Lead returns fn's error, or an
 // error of kind ErrLockLost (Op "watch") if the lease was lost first.
 //
 // Lead with WithLease tries once: while the lease is held (or a session
 // holds the lock) it returns an error matching [ErrLocked] without calling
-// fn. Not supported yet, and refused with [ErrInvalidArgument]: waiting
-// for a lease ([WithWait]), [Locker.Campaign], [Locker.RunSession], and
-// the options of session locks ([WithCheckInterval], [WithCheckTimeout],
-// [WithSessionPooler]). [Locker.CurrentLeader] reports a lease leader
-// (PID 0) while its lease is held, unexpired and its term published. ttl
-// must be positive; it is sent with microsecond precision. A lease whose
-// acquisition's answer was lost (ctx ended, the connection broke) stays
-// taken until it expires.
+// fn. [Locker.Campaign] with WithLease waits for the lease without holding
+// a connection: it tries again every ttl/10 (within 10ms and 1s, jittered;
+// a try on a held lease is one read-only statement) until it takes the
+// lease or ctx ends, and at once when the lease is released: the release
+// sends NOTIFY pgadvisory_wait, which reaches the campaigns of every
+// Locker listening (one listening connection per Locker, outside its
+// pool, open while a call waits, as for [WithWait]), and wakes its own
+// Locker's campaigns directly. Where no notification arrives (a
+// transaction pooler between the Locker and the server, a database/sql
+// driver other than pgx's) it takes a released lease within one poll; an
+// abandoned one within one poll of its expiry. After its own leader
+// resigned it waits two polls, deaf to releases, before trying again, so
+// that a candidate already waiting takes the lease first.
+//
+// [Locker.RunSession] with WithLease holds the lock as a lease, for long
+// work through a pooler: the same row, term and rules as a lease
+// leadership (the term is published as the lock's token, and
+// [Locker.CurrentLeader] reports the holder, the Locker's default holder
+// name), fn's context canceled with ErrLockLost as above, the lease
+// released when fn returns. It tries once ([ErrLocked]). A lease excludes
+// other leases and session-lock leaders of the lock, but not a plain
+// RunSession's session lock: do not mix both kinds on one lock.
+//
+// Refused with [ErrInvalidArgument]: waiting with [WithWait] (Lead and
+// RunSession try once), [WithShared] and [WithLocks] (a lease is one
+// lock's, with one holder), and the options of session locks
+// ([WithCheckInterval], [WithCheckTimeout], [WithSessionPooler]).
+// [Locker.CurrentLeader] reports a lease leader (PID 0) while its lease is
+// held, unexpired and its term published. ttl must be positive; it is
+// sent with microsecond precision. A lease whose acquisition's answer was
+// lost (ctx ended, the connection broke) stays taken until it expires.
 func WithLease(ttl time.Duration) Option {
 	return optionFunc(func(c *callState) {
 		c.mark(optLease)
@@ -75,7 +103,13 @@ func WithLease(ttl time.Duration) Option {
 const (
 	leaseAcquireSQL = `SELECT pgadvisory.lease_acquire($1::bigint, $2::text, $3::text::uuid, $4::text::interval, $5::text)`
 	leaseRenewSQL   = `SELECT pgadvisory.lease_renew($1::text::bigint[], $2::text::uuid, $3::text::interval)::text`
-	leaseReleaseSQL = `SELECT pgadvisory.lease_release($1::bigint, $2::text::uuid)`
+	// leaseReleaseSQL releases the lease and, when it did, queues NOTIFY
+	// pgadvisory_wait "lockID:0", delivered when the release commits: it
+	// wakes the campaigns waiting for the lease in every Locker that
+	// listens (see runLease).
+	leaseReleaseSQL = `SELECT r, (CASE WHEN r THEN pg_catalog.pg_notify('` + waitChannel +
+		`', $1::pg_catalog.int8::pg_catalog.text OPERATOR(pg_catalog.||) ':0') END) IS NOT NULL ` +
+		`FROM pg_catalog.set_config('synchronous_commit', 'off', true) AS s, pgadvisory.lease_release($1::bigint, $2::text::uuid) AS r`
 )
 
 // leaseReleaseTimeout bounds the release when fn returns (and so does the
@@ -84,20 +118,37 @@ const leaseReleaseTimeout = 5 * time.Second
 
 // checkLease refuses what a lease does not support yet.
 func (c *callState) checkLease() error {
-	if c.campaign {
-		return errors.New("WithLease does not apply to Campaign yet: lease leaderships are taken with Lead, which tries once")
-	}
-	for _, k := range []optionSet{optWait, optCheckInterval, optCheckTimeout, optSessionPooler} {
+	for _, k := range []optionSet{optWait, optCheckInterval, optCheckTimeout, optSessionPooler, optShared, optLocks} {
 		if c.given&k != 0 {
 			why := "a lease is renewed every ttl/3 on connections borrowed from the pool, not checked on a session"
-			if k == optWait {
-				why = "waiting for a lease is not supported yet: Lead with WithLease tries once and returns ErrLocked while the lease is held"
+			switch k {
+			case optWait:
+				why = "waiting for a lease is not supported yet: Lead and RunSession with WithLease try once and return ErrLocked while the lease is held " +
+					"(Campaign waits for it)"
+			case optShared:
+				why = "a lease has one holder"
+			case optLocks:
+				why = "a lease is one lock's"
 			}
 			return fmt.Errorf("%s with %s: %s", c.optionName(k), c.optionName(optLease), why)
 		}
 	}
 	return nil
 }
+
+// leasePoll is how often a campaign with a lease tries to take it while
+// another holds it: a tenth of the ttl, within 10ms and 1s. A try on a
+// held lease is one short read-only statement.
+func leasePoll(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, leasePollMin), leasePollMax)
+}
+
+// The bounds of leasePoll (variables for the tests of wake-ups, which
+// switch polling off).
+var (
+	leasePollMin = 10 * time.Millisecond
+	leasePollMax = time.Second
+)
 
 // poolerHint adds to a pooler refusal of Lead that a lease works there.
 func (c *callState) poolerHint(detail error) error {
@@ -178,18 +229,41 @@ func intervalText(d time.Duration) string {
 	return strconv.FormatInt(d.Microseconds(), 10) + " microseconds"
 }
 
-// leadLease is Lead with WithLease.
+// leadLease is Lead (or RunSession: c.lead is false) with WithLease.
 func leadLease(ctx context.Context, c *callState, s *lockerState, pool any, fn func(context.Context, int64) error) error {
 	if err := c.checkLease(); err != nil {
 		return c.invalid("options", err)
 	}
-	return c.observed(ctx, CallLead, "", 0, func(ctx context.Context) error {
-		return runLease(ctx, c, &s.lease, pool, fn)
+	kind := CallLead
+	if !c.lead {
+		kind = CallSession
+	}
+	return c.observed(ctx, kind, "", 0, func(ctx context.Context) error {
+		return runLease(ctx, c, &s.lease, &s.waits, &s.polls, pool, fn)
 	})
 }
 
+// leaseListener opens the listening connections of pool's Locker (see
+// waitHub), through which lease releases wake its campaigns.
+func leaseListener(pool any) func(context.Context) (notifyConn, error) {
+	switch p := pool.(type) {
+	case *sql.DB:
+		return stdlibListener(p)
+	case *pgxpool.Pool:
+		return pgxListener(p)
+	}
+	return nil
+}
+
 // runLease takes the lease, runs fn while renewing it, and releases it.
-func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn func(context.Context, int64) error) (err error) {
+// Lead and RunSession try once; Campaign tries every leasePoll until it
+// takes the lease or ctx ends, and at once when a release wakes it: the
+// NOTIFY of leaseReleaseSQL through the Locker's listening connection
+// (hub), or a release by its own Locker directly. After its leader
+// resigned it first waits two polls, deaf to wake-ups, so that the
+// candidates already waiting take the lease first. A poll (not a
+// wake-up's try) first waits for the Locker's next poll slot (polls).
+func runLease(ctx context.Context, c *callState, st *leaseState, hub *waitHub, polls *pollGate, pool any, fn func(context.Context, int64) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return c.failure(ctx, "begin", err)
 	}
@@ -198,20 +272,63 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 		return c.failure(ctx, "begin", err)
 	}
 	id := c.ids[0]
-	start := time.Now()
+	first := time.Now()
+	var start time.Time // when the successful acquisition was sent
 	var term sql.NullInt64
 	args := []any{id, c.holder, secret, intervalText(c.lease), lockTimeoutSetting(defaultPublishTimeout)}
-	if err := leaseQuery(ctx, pool, leaseAcquireSQL, args, &term); err != nil {
-		if SQLState(err) == "25006" { // lease_acquire on a hot standby
-			return c.refusal(ctx, "begin", ErrStandby, err)
+	var sub *waitSub // a campaign's wake-up, from its first try on
+	defer func() {
+		if sub != nil {
+			hub.unsubscribe(sub)
+			polls.exit()
 		}
-		return c.failure(ctx, "elect", err)
-	}
-	if !term.Valid {
-		return c.locked()
+	}()
+	for wait := c.resigned; ; wait = true {
+		if wait {
+			if !c.campaign {
+				return c.locked()
+			}
+			poll := leasePoll(c.lease)
+			d := poll/2 + mrand.N(poll/2+1)
+			var woken <-chan struct{}
+			if c.resigned && start.IsZero() {
+				d = 2 * poll // after every poller's next try, with a poll to spare
+			} else {
+				woken = sub.ch
+			}
+			woke, err := sleepWoken(ctx, d, woken)
+			if err == nil && !woke {
+				// A poll: it waits for its Locker's next poll slot.
+				_, err = polls.wait(ctx, time.Time{}, woken)
+			}
+			if err != nil {
+				return c.failure(ctx, "lock", err)
+			}
+		}
+		if sub == nil && c.campaign {
+			// Subscribed before the try: a release after it wakes the
+			// campaign once the Locker listens.
+			sub = hub.subscribe(id, leaseListener(pool))
+			polls.enter()
+		}
+		start = time.Now()
+		if err := leaseQuery(ctx, pool, leaseAcquireSQL, args, &term); err != nil {
+			if SQLState(err) == "25006" { // lease_acquire on a hot standby
+				return c.refusal(ctx, "begin", ErrStandby, err)
+			}
+			return c.failure(ctx, "elect", err)
+		}
+		if term.Valid {
+			break
+		}
 	}
 	acquired := time.Now()
-	c.granted(acquired.Sub(start), 0)
+	c.granted(acquired.Sub(first), 0)
+	if sub != nil {
+		hub.unsubscribe(sub)
+		polls.exit()
+		sub = nil
+	}
 
 	workCtx, cancel := context.WithCancelCause(ctx)
 	h := &leaseHold{c: c, pool: pool, id: id, ttl: c.lease, deadline: start.Add(c.lease), next: start.Add(c.lease / 3), cancel: cancel}
@@ -221,10 +338,14 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 		cancel(nil)
 		// Bounded by the ttl too: an unreleased lease expires by then.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(leaseReleaseTimeout, c.lease))
-		var released bool
-		if rerr := leaseQuery(rctx, pool, leaseReleaseSQL, []any{id, secret}, &released); rerr != nil {
+		var released, notified bool
+		if rerr := leaseQuery(rctx, pool, leaseReleaseSQL, []any{id, secret}, &released, &notified); rerr != nil {
 			// The lease expires by itself; fn did not run without it.
 			c.emit(Event{Kind: EventError, Err: &Error{Op: OpRelease, LockIDs: c.ids, Name: c.name, SQLState: SQLState(rerr), Kind: classify(rerr), Err: rerr}})
+		} else if released {
+			// This Locker's campaigns for the lease try at once, without
+			// waiting for the NOTIFY to come back through the server.
+			hub.wake(id, 0, false)
 		}
 		rcancel()
 		if r := recover(); r != nil {
@@ -244,6 +365,21 @@ func runLease(ctx context.Context, c *callState, st *leaseState, pool any, fn fu
 		}
 	}()
 	return fn(workCtx, term.Int64)
+}
+
+// sleepWoken sleeps for d, or until woken (a nil channel never wakes),
+// or until ctx is done; woke reports a wake-up.
+func sleepWoken(ctx context.Context, d time.Duration, woken <-chan struct{}) (woke bool, err error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-t.C:
+		return false, nil
+	case <-woken:
+		return true, nil
+	}
 }
 
 // add starts holding h: its deadline timer, and the renewer if it is not

@@ -325,13 +325,19 @@ func TestLeaseRefusals(t *testing.T) {
 		msg  string
 	}{
 		{"zero ttl", func() error { return l.Lead(ctx, lock, lead, pgadvisory.WithLease(0)) }, "ttl must be positive"},
-		{"RunSession", func() error {
-			return l.RunSession(ctx, lock, func(context.Context) error { return nil }, pgadvisory.WithLease(time.Second))
-		}, "WithLease does not apply to RunSession"},
+		{"RunSession WithShared", func() error {
+			return l.RunSession(ctx, lock, func(context.Context) error { return nil }, pgadvisory.WithLease(time.Second), pgadvisory.WithShared())
+		}, "a lease has one holder"},
+		{"RunSession WithLocks", func() error {
+			return l.RunSession(ctx, lock, func(context.Context) error { return nil }, pgadvisory.WithLease(time.Second),
+				pgadvisory.WithLocks(testdb.Key(t)))
+		}, "a lease is one lock's"},
 		{"RunExclusive", func() error {
 			return l.RunExclusive(ctx, lock, func(*sql.Tx) error { return nil }, pgadvisory.WithLease(time.Second))
 		}, "WithLease does not apply to RunExclusive"},
-		{"Campaign", func() error { return l.Campaign(ctx, lock, lead, pgadvisory.WithLease(time.Second)) }, "Campaign"},
+		{"Campaign WithWait", func() error {
+			return l.Campaign(ctx, lock, lead, pgadvisory.WithLease(time.Second), pgadvisory.WithWait(time.Second))
+		}, "waiting for a lease is not supported yet"},
 		{"WithWait", func() error {
 			return l.Lead(ctx, lock, lead, pgadvisory.WithLease(time.Second), pgadvisory.WithWait(time.Second))
 		}, "waiting for a lease is not supported yet"},
@@ -348,7 +354,7 @@ func TestLeaseRefusals(t *testing.T) {
 }
 
 // TestLeaseCurrentLeader: CurrentLeader reports a lease leader (its holder,
-// term, PID 0: no backend holds a lease, and since) while its lease is
+// term, PID 0: no backend holds a lease, since and expires) while its lease is
 // held, and no leader once the lease expired on the database's clock (even
 // though nobody took it), once its term is superseded, and once it was
 // released.
@@ -377,6 +383,10 @@ func TestLeaseCurrentLeader(t *testing.T) {
 		defer func() { _ = blocker.Rollback() }()
 		var expires time.Time
 		require.NoError(t, blocker.QueryRow(`SELECT expires_at FROM pgadvisory.lease WHERE lock_id = $1 FOR UPDATE`, key).Scan(&expires))
+		got, err = reader.CurrentLeader(ctx, lock)
+		require.NoError(t, err)
+		require.WithinDuration(t, expires, got.Expires, time.Millisecond, "Expires is the lease's expiry")
+		require.True(t, got.Expires.After(got.Since))
 		<-fctx.Done()
 		for expired := false; !expired; {
 			require.NoError(t, admin.QueryRow(`SELECT $1::timestamptz < clock_timestamp()`, expires).Scan(&expired))
@@ -404,6 +414,15 @@ func TestLeaseCurrentLeader(t *testing.T) {
 	require.NoError(t, a.Lead(ctx, lock, func(context.Context, int64) error { return nil }, pgadvisory.WithLease(time.Minute)))
 	_, err = reader.CurrentLeader(ctx, lock)
 	require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "released: no leader")
+
+	// Control: a session-lock leader has no expiry.
+	require.NoError(t, a.Lead(ctx, lock, func(context.Context, int64) error {
+		got, err := reader.CurrentLeader(ctx, lock)
+		require.NoError(t, err)
+		require.NotZero(t, got.PID)
+		require.True(t, got.Expires.IsZero(), "a session-lock leader's Expires is zero, got %v", got.Expires)
+		return nil
+	}))
 }
 
 // TestLeaseSurvivesKilledBackends: a lease holds no backend, so killing

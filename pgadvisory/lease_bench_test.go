@@ -1,0 +1,124 @@
+package pgadvisory_test
+
+// BenchmarkLeaseHandoff: the lease leader hand-off against today's
+// session-lock leader hand-off, in the same run. Each op is one hand-off:
+// the leader's fn returns (it resigns) while the other candidate waits,
+// and the op ends when that candidate's fn starts (benchHandoffWaiting).
+//
+//   - lead_handoff_pgx: the session-lock leader hand-off (Lead, two
+//     Lockers with their own pools), BenchmarkLeader's row: the baseline.
+//   - lease_handoff_pgx, lease_handoff_stdlib: two Lockers campaigning with
+//     WithLease(leaseBenchTTL) on a direct connection, where the waiter can
+//     be woken by NOTIFY.
+//   - lease_handoff_pgbouncer_pgx: the same through a private PgBouncer in
+//     transaction mode, where no notification reaches the waiter: it polls
+//     every ttl/10 (leaseBenchTTL/10 = 30ms).
+//   - roundtrip_pgbouncer: one SELECT 1 through that PgBouncer, the round
+//     trip of the pooled path's target (<= the poll interval plus 2 round
+//     trips).
+//
+// Between ops, with the timer stopped, the lease candidate that just
+// resigned waits two polls before trying again (so the one already waiting
+// takes the lease first); the next op starts once it tried and waits,
+// three polls later. On a loaded machine the resigned candidate may take
+// the lease again, the other having been delayed past those two polls:
+// the op then lasts until the resigned one's fn starts, and such ops are
+// reported as retakes/op (the session-lock case fails instead). Each lease
+// op thus costs about 100ms of wall time: run it with a count, -benchtime
+// 60x.
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// leaseBenchTTL is the lease hand-off benchmark's ttl: polls every 30ms.
+const leaseBenchTTL = 300 * time.Millisecond
+
+func BenchmarkLeaseHandoff(b *testing.B) {
+	admin := migrated.DB(b)
+	w := witness.Of(admin)
+	poll := leaseTestPoll(leaseBenchTTL)
+	lease := func(name string, drv frontdoor.Driver, url func() string) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			key := testdb.Key(b)
+			var doors [2]frontdoor.Door
+			for i := range doors {
+				opts := []frontdoor.Option{frontdoor.MaxConns(2)}
+				if url != nil {
+					opts = append(opts, frontdoor.URL(url()))
+				}
+				doors[i] = frontdoor.Open(b, drv, opts...)
+			}
+			// The candidate that resigned waits two polls, then tries
+			// once and waits again.
+			queued := func() { time.Sleep(3*poll + poll/2) }
+			retakes := 0
+			ops := benchHandoffWaiting(b, &retakes, queued, func(ctx context.Context, i int, hold func()) error {
+				return doors[i].Campaign(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
+					hold()
+					return nil
+				}, pgadvisory.WithLease(leaseBenchTTL))
+			})
+			reportMedian(b, ops)
+			if len(ops) > 0 {
+				b.ReportMetric(float64(retakes)/float64(len(ops)), "retakes/op")
+			}
+		}}
+	}
+	var bouncer string
+	pooled := func() string {
+		if bouncer == "" {
+			bouncer = pgcluster.StartPgBouncer(b, testdb.URL(b), "transaction") + "&default_query_exec_mode=exec"
+		}
+		return bouncer
+	}
+	session := benchCase{"lead_handoff_pgx", func(b *testing.B) {
+		key := testdb.Key(b)
+		var doors [2]frontdoor.Door
+		for i := range doors {
+			doors[i] = frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(2))
+		}
+		reportMedian(b, benchHandoff(b, w, key, func(ctx context.Context, i int, hold func()) error {
+			return doors[i].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
+				hold()
+				return nil
+			})
+		}))
+	}}
+	roundTrip := benchCase{"roundtrip_pgbouncer", func(b *testing.B) {
+		door := frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(1), frontdoor.URL(pooled()))
+		ctx := context.Background()
+		var ops []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if _, err := door.Pool().Exec(ctx, "SELECT 1"); err != nil {
+				b.Fatal(err)
+			}
+			ops = append(ops, time.Since(start))
+		}
+		reportMedian(b, ops)
+	}}
+	runCases(b, session, lease("lease_handoff_pgx", frontdoor.Pgx, nil), lease("lease_handoff_stdlib", frontdoor.SQL, nil),
+		lease("lease_handoff_pgbouncer_pgx", frontdoor.Pgx, pooled), roundTrip)
+}
+
+// reportMedian reports the median of ops as median-ns/op: on a loaded
+// machine a few slow ops (a stalled WAL flush, a descheduled process) move
+// the mean of a few dozen ops far more than the median.
+func reportMedian(b *testing.B, ops []time.Duration) {
+	if len(ops) == 0 {
+		return
+	}
+	slices.Sort(ops)
+	b.ReportMetric(float64(ops[len(ops)/2].Nanoseconds()), "median-ns/op")
+}
