@@ -136,3 +136,12 @@ func ExampleLocker_RunSessionLimited() {
 	// syncing in slot true
 	// <nil>
 }
+
+func ExampleLock_Limit() {
+	thumbnails := pgadvisory.Lock{Name: "media.thumbnails", ID: 42}.With(pgadvisory.WithLimit(4))
+	fmt.Println(thumbnails.Limit())
+	fmt.Println(pgadvisory.Lock{Name: "reports.daily_email", ID: 43}.Limit())
+	// Output:
+	// 4
+	// 0
+}

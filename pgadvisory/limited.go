@@ -2,12 +2,13 @@ package pgadvisory
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/lockgen/lockgen/keyspace"
 )
@@ -18,13 +19,21 @@ const MaxLimit = 1024
 // limitState is a limited call's state: the lock's declared limit
 // (WithLimit), the call's n, and what its slot statement returned.
 type limitState struct {
-	declared int // WithLimit's n; 0: none declared
-	n        int // the call's n; 0 before RunLimited or RunSessionLimited set it
-	pool     any // the Locker's pool, for slot_register
+	declared int     // WithLimit's n; 0: none declared
+	n        int     // the call's n; 0 before RunLimited or RunSessionLimited set it
+	pool     any     // the Locker's pool, for slot_register
+	keys     []int64 // the slots' keys (slotKeys), computed once per call
 
-	start      int32         // the first slot tried
-	slot       sql.NullInt32 // the slot taken (NULL: none free)
-	registered sql.NullInt32 // the lock's registered limit (NULL: none)
+	start      int32       // the first slot tried
+	slot       pgtype.Int4 // the slot taken (NULL: none free)
+	registered pgtype.Int4 // the lock's registered limit (NULL: none)
+
+	// A waiting call's tries (WithWait) use slotWaitSQL: waited tells it
+	// that the call has slept, notified whether its statement queued the
+	// NOTIFY that wakes a waiter at commit.
+	waits    bool
+	waited   bool
+	notified pgtype.Bool
 }
 
 // WithLimit declares that the lock is limited to n holders at once: it is
@@ -76,9 +85,10 @@ func (c *callState) setLimit(n int, pool any) error {
 //
 // The slots are the transaction-level advisory locks of the keys
 // keyspace.SlotID(lock.ID, s) for s in 0..n-1 (the SQL twin is
-// pgadvisory.slot_id, so a SQL job can take a slot too). One statement,
-// pgadvisory.slot_acquire, tries them from a random start, so that callers
-// spread over the slots, and takes the first free one; [Locker.Slot] tells
+// pgadvisory.slot_id, so a SQL job can take a slot too). One statement
+// tries them from a random start, so that callers spread over the slots
+// and an uncontended call's first try succeeds, takes the first free one
+// and reads the lock's registered limit; [Locker.Slot] tells
 // fn which. Without a free slot the call returns an error matching
 // [ErrLocked] (Op "lock") without calling fn. Round trips are those of
 // RunExclusive: on [Pgx] BEGIN and the slot statement travel together, so
@@ -95,13 +105,20 @@ func (c *callState) setLimit(n int, pool any) error {
 // deployment changes a lock's limit; callers with the old n are refused
 // from then on.
 //
-// With [WithWait] the call waits for any slot: it polls, a slot statement
-// at a time, from 1ms doubling to 50ms apart with jitter, and holds no
-// connection in between. Waiters are not served in arrival order, and the
-// server does not see them (pgadvisory.slot_status counts waiters in the
-// server's queue only): the server has no queue for "any of n locks", and
-// a waiter in a server queue would hold a connection. A timeout ends the
-// wait with [ErrLockTimeout].
+// With [WithWait] the call waits for any slot, holding no connection: it
+// tries a slot statement at a time and sleeps in between until a release
+// wakes it or its polling interval passes (1ms doubling to 50ms, with
+// jitter). A waiting call that took its slot after sleeping, or past its
+// first slot, sends NOTIFY pgadvisory_wait with its release (delivered at
+// commit), which wakes one waiter of each Locker listening for it (the
+// Locker's listening connection, as for waits in lockgen's queue; direct
+// connections only); every release wakes the first waiter of its own
+// Locker directly, and other Lockers find a release without NOTIFY by
+// polling (at 50ms while they listen). Waiters are not served
+// in arrival order, and the server does not see them
+// (pgadvisory.slot_status counts waiters in the server's queue only): the
+// server has no queue for "any of n locks", and a waiter in a server queue
+// would hold a connection. A timeout ends the wait with [ErrLockTimeout].
 //
 // n 0 takes the limit the lock declares with [WithLimit] (generated code
 // declares it for limit: in locks.yaml, so that callers need not repeat
@@ -151,32 +168,87 @@ type slotKey struct{}
 // txSlots maps the transaction of a running RunLimited call to its slot.
 var txSlots sync.Map
 
-// slotAcquireSQL is the slot statement of a transaction-limited call: the
-// columns of a lock statement (granted, standby), then the slot and the
-// registered limit. "Granted" is true when a slot was taken, and when the
-// registered limit is not the call's: checkRegistered then tells.
-const slotAcquireSQL = `SELECT s.slot IS NOT NULL OR s.registered IS DISTINCT FROM $2, pg_catalog.pg_is_in_recovery(), s.slot, s.registered
-FROM pgadvisory.slot_acquire($1, $2, $3, false, NULL) AS s`
+// slotSQL is the slot statement of a transaction-limited call. Its
+// columns are those of a lock statement (granted, standby), then the slot
+// taken (NULL: none free) and the lock's registered limit (NULL: none).
+// "Granted" is always true: checkSlot tells from the slot and the limit
+// whether the call holds a slot, none is free, or the limit is not the
+// call's (which is refused even when no slot is free).
+//
+// $1 is the lock's ID, $2 the call's n, $3 the first slot tried and $4 its
+// key, computed here (keyspace.SlotID). An uncontended call costs one
+// pg_try_advisory_xact_lock and a read of one row by its primary key: no
+// function call, whose cost (a PL/pgSQL or SQL function with a pinned
+// search_path) would exceed the lock's. Only when that slot is taken does
+// pgadvisory.slot_try try the others, from $3+1 on (mod n).
+//
+// The limit is read after the slot was granted (the subquery on
+// slot_limit refers to g.slot, so it runs once g is computed), but with
+// the statement's snapshot, taken before: a change of the limit committed
+// in between is not in it. Such a change updated the row, so the version
+// this snapshot sees has a nonzero xmax then, and the statement asks
+// pgadvisory.slot_registered, which reads it with a fresh snapshot; a
+// version with xmax 0 is the newest (see migrations/00010_semaphore.sql).
+const slotSQL = slotSelectSQL + slotFromSQL
+
+// slotSelectSQL and slotFromSQL are the slot statement's parts; a waiting
+// call's statement (slotWaitSQL) has one more column between them.
+const (
+	slotSelectSQL = `SELECT true, pg_catalog.pg_is_in_recovery(), g.slot,
+       (SELECT CASE WHEN g.slot IS NULL OR l.xmax OPERATOR(pg_catalog.=) '0'::pg_catalog.xid THEN l.n
+                    ELSE pgadvisory.slot_registered(l.lock_id) END
+          FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) $1::pg_catalog.int8)`
+	slotFromSQL = `
+FROM (SELECT CASE WHEN pg_catalog.pg_try_advisory_xact_lock($4::pg_catalog.int8) THEN $3::pg_catalog.int4
+                  ELSE pgadvisory.slot_try($1::pg_catalog.int8, $2::pg_catalog.int4, $3::pg_catalog.int4, false,
+                                           ARRAY[$3::pg_catalog.int4]) END AS slot) AS g`
+)
+
+// slotWaitSQL is the slot statement of a waiting call (WithWait). Its last
+// column tells whether it queued NOTIFY pgadvisory_wait with "lockID:0",
+// which PostgreSQL delivers when the transaction commits, that is when the
+// slot is released: it does when the call took a slot after it had slept
+// ($5) or past its first one (the first was taken), so that other callers
+// are waiting, likely. The listening connection of each Locker whose calls
+// wait for the lock wakes one of them (limitedWaiters). Every release
+// also wakes the first waiter of its own Locker directly; other Lockers'
+// waiters find a release that sends no NOTIFY (a call that did not wait,
+// a rollback) by polling.
+const slotWaitSQL = slotSelectSQL + `,
+       (CASE WHEN g.slot IS NOT NULL AND ($5::pg_catalog.bool OR g.slot OPERATOR(pg_catalog.<>) $3::pg_catalog.int4)
+             THEN pg_catalog.pg_notify('` + waitChannel + `', $1::pg_catalog.int8::pg_catalog.text OPERATOR(pg_catalog.||) ':0')
+        END) IS NOT NULL` + slotFromSQL
 
 // statement is the call's slot statement, trying the slots from a random
-// start.
+// start: uncontended, the first try succeeds.
 func (s *limitState) statement(c *callState) lockStatement {
 	s.start = int32(rand.IntN(s.n))
-	s.slot, s.registered = sql.NullInt32{}, sql.NullInt32{}
-	return lockStatement{sql: slotAcquireSQL, args: []any{c.ids[0], int32(s.n), s.start},
+	s.slot, s.registered, s.notified = pgtype.Int4{}, pgtype.Int4{}, pgtype.Bool{}
+	id := c.ids[0]
+	if s.waits {
+		return lockStatement{sql: slotWaitSQL, args: []any{id, int32(s.n), s.start, keyspace.SlotID(id, s.start), s.waited},
+			extra: []any{&s.slot, &s.registered, &s.notified}}
+	}
+	return lockStatement{sql: slotSQL, args: []any{id, int32(s.n), s.start, keyspace.SlotID(id, s.start)},
 		extra: []any{&s.slot, &s.registered}}
 }
 
-// errUnregistered is checkRegistered's answer when the registered limit is
+// errUnregistered is checkSlot's answer when the registered limit is
 // missing or another: the call registers its n (slot_register) and tries
 // again.
 var errUnregistered = errors.New("pgadvisory: the limit is not registered as this call's n")
 
-// checkRegistered runs after the slot statement: the registered limit must
-// be the call's n.
-func (s *limitState) checkRegistered() error {
+// errNoSlot is checkSlot's answer when no slot was free.
+var errNoSlot = errors.New("pgadvisory: no slot is free")
+
+// checkSlot runs after the slot statement: the registered limit must be
+// the call's n, and a slot must have been taken.
+func (s *limitState) checkSlot() error {
 	if !s.registered.Valid || int(s.registered.Int32) != s.n {
 		return errUnregistered
+	}
+	if !s.slot.Valid {
+		return errNoSlot
 	}
 	return nil
 }
@@ -203,22 +275,30 @@ func (s *limitState) mismatch(ctx context.Context, c *callState, reg int) error 
 			"every caller of a limited lock must agree on n (a limit changes once no slot of the old one is held)", s.n, reg))
 }
 
-// Polling bounds of a waiting limited call.
-const (
+// Polling bounds of a waiting limited call (variables for tests).
+var (
 	limitedPollMin = time.Millisecond
 	limitedPollMax = 50 * time.Millisecond
 )
 
 // runLimited is the transaction-lock protocol of a limited call, between
 // its observers' start and end: runTx with the slot statement, registering
-// the call's n when the lock has no limit or another one, and polling for a
-// free slot with WithWait. Each try runs on a new driver state from attempt
-// (a loser's ROLLBACK finishes in the background on the previous one).
-func runLimited(ctx context.Context, c *callState, attempt func() (txDriver, func() error)) error {
+// the call's n when the lock has no limit or another one, and with
+// WithWait sleeping until a release wakes the call (limitedWaiters, by
+// NOTIFY through the Locker's listening connection opened with listen, or
+// directly by a release of the same Locker) or its polling interval
+// passes. Each try runs on a new driver state from attempt (a loser's
+// ROLLBACK finishes in the background on the previous one).
+func runLimited(ctx context.Context, c *callState, listen func(context.Context) (notifyConn, error),
+	attempt func() (txDriver, func() error)) error {
 	return c.observed(ctx, CallLimited, "", 0, func(ctx context.Context) error {
 		s := c.lim
+		s.waits = c.wait
 		lockID := c.ids[0]
 		p := newPoller(c)
+		w := c.waiters()
+		var sub *waitSub
+		defer func() { w.leave(sub) }()
 		registered := false
 		for {
 			d, call := attempt()
@@ -229,6 +309,12 @@ func runLimited(ctx context.Context, c *callState, attempt func() (txDriver, fun
 				return call()
 			}
 			o := runTx(ctx, c, d, withSlot)
+			if s.slot.Valid {
+				// The slot is released: this Locker's first waiter tries
+				// at once, without waiting for the NOTIFY (if any) to
+				// come back through the server and the listener.
+				w.wake(lockID)
+			}
 			switch {
 			case o.end == txFailed && o.err == errUnregistered:
 				if registered {
@@ -241,14 +327,133 @@ func runLimited(ctx context.Context, c *callState, attempt func() (txDriver, fun
 				registered = true
 				continue
 			case o.end == txLocked && c.wait:
-				if err := p.sleep(ctx, c); err != nil {
+				if sub == nil {
+					sub = w.join(lockID, listen)
+				}
+				w.pace(p)
+				if err := p.sleep(ctx, c, sub.wakeup()); err != nil {
 					return err
 				}
+				s.waited = true
 				continue
 			}
 			return c.txError(o)
 		}
 	})
+}
+
+// limitedWaiters are a Locker's waiting limited calls (transaction and
+// session level), by lock, in the order they began to wait. Each is
+// subscribed to the Locker's waitHub under the lock's ID; the first of a
+// lock has place 0 there, the others -1, so that a notification
+// "lockID:0" (slotWaitSQL), or a release in this Locker (wake), wakes
+// the first one only: one slot was freed, and one waiter per Locker
+// tries for it instead of all of them.
+type limitedWaiters struct {
+	mu   sync.Mutex
+	byID map[int64][]*waitSub
+}
+
+// lockerWaiters is a Locker's limited waiters with its waitHub; the zero
+// value (a call without a Locker state) has none, and its methods do
+// nothing.
+type lockerWaiters struct {
+	w   *limitedWaiters
+	hub *waitHub
+}
+
+// waiters is the limited waiters of c's Locker.
+func (c *callState) waiters() lockerWaiters {
+	if c.locker == nil {
+		return lockerWaiters{}
+	}
+	return lockerWaiters{w: &c.locker.limited, hub: &c.locker.waits}
+}
+
+// join registers a waiter of lock id, last in line.
+func (lw lockerWaiters) join(id int64, listen func(context.Context) (notifyConn, error)) *waitSub {
+	if lw.w == nil {
+		return nil
+	}
+	sub := lw.hub.subscribe(id, listen)
+	w := lw.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byID == nil {
+		w.byID = map[int64][]*waitSub{}
+	}
+	place := int64(-1)
+	if len(w.byID[id]) == 0 {
+		place = 0
+	}
+	sub.seq.Store(place)
+	w.byID[id] = append(w.byID[id], sub)
+	return sub
+}
+
+// leave removes sub; the next waiter of its lock becomes the first.
+func (lw lockerWaiters) leave(sub *waitSub) {
+	if lw.w == nil || sub == nil {
+		return
+	}
+	w := lw.w
+	w.mu.Lock()
+	subs := w.byID[sub.id]
+	for i, s := range subs {
+		if s == sub {
+			subs = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(subs) == 0 {
+		delete(w.byID, sub.id)
+	} else {
+		w.byID[sub.id] = subs
+		subs[0].seq.Store(0)
+	}
+	w.mu.Unlock()
+	lw.hub.unsubscribe(sub)
+}
+
+// wake wakes the first waiter of lock id, if this Locker has one.
+func (lw lockerWaiters) wake(id int64) {
+	if lw.w == nil {
+		return
+	}
+	lw.w.mu.Lock()
+	waiting := len(lw.w.byID[id]) > 0
+	lw.w.mu.Unlock()
+	if waiting {
+		lw.hub.wake(id, 0, false)
+	}
+}
+
+// pace sets a waiter's polling interval to limitedPollMax while the
+// Locker listens: releases then wake it, and a poll is needed only for a
+// release that sends no NOTIFY in another Locker, while polling from 1ms
+// would add tries that find no slot free.
+func (lw lockerWaiters) pace(p *poller) {
+	if lw.hub != nil && lw.hub.listening() {
+		p.next = max(p.next, limitedPollMax)
+	}
+}
+
+// count is the number of this Locker's calls waiting for lock id.
+func (lw lockerWaiters) count(id int64) int {
+	if lw.w == nil {
+		return 0
+	}
+	lw.w.mu.Lock()
+	defer lw.w.mu.Unlock()
+	return len(lw.w.byID[id])
+}
+
+// wakeup is the channel that wakes sub's call; nil (never ready) for none.
+func (s *waitSub) wakeup() <-chan struct{} {
+	if s == nil {
+		return nil
+	}
+	return s.ch
 }
 
 // poller spaces a waiting limited call's tries.
@@ -266,9 +471,9 @@ func newPoller(c *callState) *poller {
 }
 
 // sleep waits before the next try: the current interval with jitter,
-// doubled up to limitedPollMax. It returns the call's error once ctx is
-// done or the wait's timeout passed.
-func (p *poller) sleep(ctx context.Context, c *callState) error {
+// doubled up to limitedPollMax, or until woken. It returns the call's
+// error once ctx is done or the wait's timeout passed.
+func (p *poller) sleep(ctx context.Context, c *callState, woken <-chan struct{}) error {
 	d := p.next/2 + rand.N(p.next/2+1)
 	p.next = min(2*p.next, limitedPollMax)
 	if !p.deadline.IsZero() {
@@ -283,156 +488,9 @@ func (p *poller) sleep(ctx context.Context, c *callState) error {
 	select {
 	case <-t.C:
 		return nil
+	case <-woken:
+		return nil
 	case <-ctx.Done():
 		return c.failure(ctx, "lock", ctx.Err())
 	}
-}
-
-// RunSessionLimited runs fn while holding one of the n slots of lock at
-// session level, for work that spans many transactions: at most n calls
-// for one lock run fn at once, across processes. It is
-// [Locker.RunSession] with a counted lock: the slot is the session-level
-// advisory lock of its slot key (see [Locker.RunLimited] for the slots,
-// the limit's registration and its refusals), taken on one of the Locker's
-// shared session connections, and fn's context is canceled with a cause
-// wrapping [ErrLockLost] when the periodic check finds the slot's
-// connection dead or the slot gone ([WithCheckInterval],
-// [WithCheckTimeout]); the release verifies the slot as RunSession's does.
-// [Slot] reads the slot from fn's context. Errors name the slot's key in
-// LockIDs once a slot is held.
-//
-// The slots are tried one statement each, from a random start, on a
-// shared connection, passing over the slots that other calls of this
-// Locker hold without a round trip: an uncontended call costs what
-// RunSession costs plus one statement that reads the registered limit, a
-// call with no free slot up to n statements. With [WithWait] the call
-// polls as RunLimited's does, holding no connection of its own. It needs
-// the shared session connections: a Locker made with WithSessionConns(0)
-// refuses it with [ErrInvalidArgument]. Poolers and standbys are refused
-// as RunSession refuses them.
-func (l *Locker[TTx]) RunSessionLimited(ctx context.Context, lock Lock, n int, fn func(context.Context) error, opts ...Option) error {
-	c, err := l.call(lock, opts, famSessionLimited, fn == nil)
-	if err != nil {
-		return err
-	}
-	pool, _, _ := l.d.handle()
-	if err := c.setLimit(n, pool); err != nil {
-		return err
-	}
-	c.session = true
-	return c.observed(ctx, CallSessionLimited, "", 0, func(ctx context.Context) error {
-		p := l.s.sessionPool()
-		if p == nil {
-			return c.invalid("options", errors.New("RunSessionLimited holds its slot on the Locker's shared session "+
-				"connections, and this Locker has none (WithSessionConns(0))"))
-		}
-		return runSessionLimited(ctx, c, p, l.d.sessions(), fn)
-	})
-}
-
-// registeredLimitSQL reads a lock's registered limit (NULL: none).
-const registeredLimitSQL = `SELECT (SELECT l.n FROM pgadvisory.slot_limit AS l WHERE l.lock_id OPERATOR(pg_catalog.=) $1)`
-
-// runSessionLimited is the session protocol of a limited call on the
-// shared connections p: take a slot (trySlot), read the registered limit
-// on the slot's connection (registering the call's n once when it is
-// missing or another), then run fn as runSessionMux does.
-func runSessionLimited(ctx context.Context, c *callState, p *sessionPool, open func(context.Context) (sessionConn, error),
-	fn func(context.Context) error) (err error) {
-	s := c.lim
-	lockID := c.ids[0]
-	start := time.Now()
-	poll := newPoller(c)
-	registered := false
-	for {
-		if err := ctx.Err(); err != nil {
-			return c.failure(ctx, "begin", err)
-		}
-		workCtx, cancel := context.WithCancelCause(ctx)
-		l := &muxLock{c: c, open: open, cancel: cancel}
-		sc, slot, err := p.trySlot(ctx, l, lockID)
-		if err != nil {
-			cancel(nil)
-			c.ids = []int64{lockID}
-			return err
-		}
-		if sc == nil {
-			cancel(nil)
-			c.ids = []int64{lockID}
-			if !c.wait {
-				return c.locked()
-			}
-			if err := poll.sleep(ctx, c); err != nil {
-				return err
-			}
-			continue
-		}
-		var reg sql.NullInt32
-		if err := (muxQuerier{sc: sc, c: c}).queryRow(ctx, registeredLimitSQL, []any{lockID}, &reg); err != nil {
-			_, _ = p.release(ctx, sc, l)
-			cancel(nil)
-			c.ids = []int64{lockID}
-			return c.failure(ctx, "lock", err)
-		}
-		if !reg.Valid || int(reg.Int32) != s.n {
-			lost, unreleased := p.release(ctx, sc, l)
-			cancel(nil)
-			c.ids = []int64{lockID}
-			if lost != nil || unreleased != nil {
-				return c.sessionOutcome(ctx, lost, unreleased, nil)
-			}
-			if registered {
-				return s.mismatch(ctx, c, int(reg.Int32))
-			}
-			if err := s.register(ctx, c, lockID); err != nil {
-				return err
-			}
-			registered = true
-			continue
-		}
-		return runSessionSlot(ctx, workCtx, c, p, sc, l, slot, start, fn)
-	}
-}
-
-// runSessionSlot runs fn holding the slot l took on sc, and releases it.
-func runSessionSlot(ctx, workCtx context.Context, c *callState, p *sessionPool, sc *sharedConn, l *muxLock, slot int,
-	start time.Time, fn func(context.Context) error) (err error) {
-	acquired := time.Now()
-	c.granted(acquired.Sub(start), 0)
-	defer func() {
-		lost, unreleased := p.release(ctx, sc, l)
-		l.cancel(nil)
-		if obs := c.obs; obs != nil {
-			obs.held = time.Since(acquired)
-		}
-		if r := recover(); r != nil {
-			panic(r)
-		}
-		err = c.sessionOutcome(ctx, lost, unreleased, err)
-	}()
-	return fn(context.WithValue(workCtx, slotKey{}, slot))
-}
-
-// trySlot tries the slots of c's limited lock on the shared connections,
-// one at a time from a random start: the first granted one is held by l
-// (c.ids is then its key). A slot another call of this process holds is
-// passed over without a round trip (see sessionPool.try). None free: a nil
-// connection and no error.
-func (p *sessionPool) trySlot(ctx context.Context, l *muxLock, lockID int64) (*sharedConn, int, error) {
-	c := l.c
-	n := c.lim.n
-	first := rand.IntN(n)
-	for k := range n {
-		slot := (first + k) % n
-		c.ids = []int64{keyspace.SlotID(lockID, int32(slot))}
-		c.idsText = ""
-		sc, granted, err := p.try(ctx, l)
-		if err != nil {
-			return nil, 0, err
-		}
-		if granted {
-			return sc, slot, nil
-		}
-	}
-	return nil, 0, nil
 }

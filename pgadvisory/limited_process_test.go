@@ -1,7 +1,6 @@
 package pgadvisory_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
@@ -173,22 +172,8 @@ func TestRunLimitedChildProcess(t *testing.T) {
 // to the returned channel.
 func startLimitedChild(t *testing.T, spec limitedSpec) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRunLimitedChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), limitedChildURL+"="+testdb.URL(t), limitedChildSpec+"="+spec.String())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 16)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	return cmd, lines
+	c := startChild(t, "TestRunLimitedChildProcess", limitedChildURL+"="+testdb.URL(t), limitedChildSpec+"="+spec.String())
+	return c.cmd, c.lines
 }
 
 // limitedRound runs 20 callers in 3 processes (7 on pgx, 7 and 6 on

@@ -63,7 +63,10 @@ func TestRunSessionLimitedHoldsDistinctSlots(t *testing.T) {
 							return errors.New("no slot in fn's context")
 						}
 						entered <- slot
-						<-release
+						select { // ctx ends when a failed check ends the test
+						case <-release:
+						case <-ctx.Done():
+						}
 						return nil
 					}, pgadvisory.WithWait(10*time.Second))
 				}()
@@ -120,7 +123,12 @@ func TestRunSessionLimitedLost(t *testing.T) {
 			go func() {
 				done <- d.run(ctx, lock, 1, func(ctx context.Context) error {
 					close(held)
-					<-ctx.Done()
+					select {
+					case <-ctx.Done():
+					case <-time.After(interval + 5*time.Second):
+						lostAfter <- time.Hour // not canceled: fails the test below at once
+						return errors.New("fn's context was not canceled")
+					}
 					mu.Lock()
 					lostAfter <- time.Since(killed)
 					mu.Unlock()
@@ -163,4 +171,53 @@ func TestRunSessionLimitedNeedsSharedConns(t *testing.T) {
 	// Refusals as RunLimited's.
 	require.ErrorIs(t, l.RunSessionLimited(ctx, lock, 2, func(context.Context) error { return nil }, pgadvisory.WithShared()), pgadvisory.ErrInvalidArgument)
 	require.ErrorIs(t, l.RunSessionLimited(ctx, lock, 0, func(context.Context) error { return nil }), pgadvisory.ErrInvalidArgument)
+}
+
+// TestRunSessionLimitedTakesOnlyFreeSlotsBelowN is
+// TestRunLimitedTakesOnlyFreeSlotsBelowN for session slots: Slot(ctx) names
+// the one slot a SQL job's session left free, whose key the call's shared
+// backend holds; with all held, every call is refused with ErrLocked.
+func TestRunSessionLimitedTakesOnlyFreeSlotsBelowN(t *testing.T) {
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	for _, d := range sessionLimitedDoors(t) {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := testdb.Context(t)
+			lock := pgadvisory.Lock{Name: "test.session_limited_free", ID: testdb.Key(t)}
+			const n = 4
+			keys := slotKeys(lock.ID, n)
+			require.NoError(t, d.run(ctx, lock, n, func(context.Context) error { return nil })) // registers n
+			job, err := admin.Conn(ctx)
+			require.NoError(t, err)
+			defer func() { _ = job.Close() }()
+			for free := range n {
+				for s, key := range keys {
+					if s != free {
+						_, err := job.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+						require.NoError(t, err)
+					}
+				}
+				for range 4 {
+					require.NoError(t, d.run(ctx, lock, n, func(ctx context.Context) error {
+						slot, ok := pgadvisory.Slot(ctx)
+						if !ok || slot != free {
+							return errors.New("Slot(ctx) does not name the one free slot")
+						}
+						if w.Locks(t, true, keys[free]) != 1 {
+							return errors.New("the free slot's key is not granted inside fn")
+						}
+						return nil
+					}))
+				}
+				_, err = job.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, keys[free])
+				require.NoError(t, err)
+				for range 10 {
+					err := d.run(ctx, lock, n, func(context.Context) error { return errors.New("ran") })
+					require.ErrorIs(t, err, pgadvisory.ErrLocked)
+				}
+				_, err = job.ExecContext(ctx, `SELECT pg_advisory_unlock_all()`)
+				require.NoError(t, err)
+			}
+		})
+	}
 }

@@ -87,7 +87,10 @@ func TestRunLimitedHoldsDistinctSlots(t *testing.T) {
 					defer wg.Done()
 					errs <- d.run(ctx, lock, n, func(slot int) error {
 						entered <- slot
-						<-release
+						select { // ctx ends when a failed check ends the test
+						case <-release:
+						case <-ctx.Done():
+						}
 						return nil
 					}, pgadvisory.WithWait(10*time.Second))
 				}()
@@ -174,6 +177,9 @@ func TestRunLimitedMismatchedN(t *testing.T) {
 			lock := pgadvisory.Lock{Name: "test.limited_n", ID: testdb.Key(t)}
 			held := make(chan struct{})
 			release := make(chan struct{})
+			var releaseOnce sync.Once
+			free := func() { releaseOnce.Do(func() { close(release) }) }
+			defer free() // a failing check must not leave the holder inside fn
 			done := make(chan error, 1)
 			go func() {
 				done <- d.run(ctx, lock, 3, func(int) error {
@@ -193,13 +199,16 @@ func TestRunLimitedMismatchedN(t *testing.T) {
 			}
 			// Control: the same n runs beside the holder.
 			require.NoError(t, d.run(ctx, lock, 3, func(int) error { return nil }))
-			close(release)
+			free()
 			require.NoError(t, <-done)
 
 			// No slot held: n = 5 changes the limit, then 3 is refused.
 			require.NoError(t, d.run(ctx, lock, 5, func(int) error { return nil }))
 			held2 := make(chan struct{})
 			release2 := make(chan struct{})
+			var release2Once sync.Once
+			free2 := func() { release2Once.Do(func() { close(release2) }) }
+			defer free2()
 			go func() {
 				done <- d.run(ctx, lock, 5, func(int) error {
 					close(held2)
@@ -211,7 +220,7 @@ func TestRunLimitedMismatchedN(t *testing.T) {
 			err := d.run(ctx, lock, 3, func(int) error { return nil })
 			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 			require.Contains(t, err.Error(), "limited to 5")
-			close(release2)
+			free2()
 			require.NoError(t, <-done)
 		})
 	}
@@ -381,6 +390,54 @@ func TestRunLimitedThroughPgBouncer(t *testing.T) {
 			require.NoError(t, job.Rollback())
 			require.Zero(t, w.Locks(t, true, slotKeys(lock.ID, 2)...))
 			require.NoError(t, sl.RunLimited(ctx, lock, 2, func(*sql.Tx) error { return nil }))
+		})
+	}
+}
+
+// TestRunLimitedTakesOnlyFreeSlotsBelowN: with every slot of n = 4 but one
+// held by a SQL job, each call takes that one (Locker.Slot names it, and
+// its key is the one granted) from whichever slot it tries first; with all
+// four held, every call is refused with ErrLocked, so no call takes a slot
+// numbered n or more. Both drivers.
+func TestRunLimitedTakesOnlyFreeSlotsBelowN(t *testing.T) {
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	for _, d := range limitedDoors(t) {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := testdb.Context(t)
+			lock := pgadvisory.Lock{Name: "test.limited_free", ID: testdb.Key(t)}
+			const n = 4
+			keys := slotKeys(lock.ID, n)
+			require.NoError(t, d.run(ctx, lock, n, func(int) error { return nil })) // registers n
+			for free := range n {
+				job, err := admin.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = job.Rollback() }) // also when a check fails
+				for s, key := range keys {
+					if s != free {
+						_, err := job.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)
+						require.NoError(t, err)
+					}
+				}
+				for range 4 {
+					require.NoError(t, d.run(ctx, lock, n, func(slot int) error {
+						if slot != free {
+							return errors.New("slot " + itoa(slot) + " reported, but only slot " + itoa(free) + " is free")
+						}
+						if w.Locks(t, true, keys[free]) != 1 {
+							return errors.New("the free slot's key is not granted inside fn")
+						}
+						return nil
+					}))
+				}
+				_, err = job.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, keys[free])
+				require.NoError(t, err)
+				for range 10 {
+					err := d.run(ctx, lock, n, func(slot int) error { return errors.New("ran in slot " + itoa(slot)) })
+					require.ErrorIs(t, err, pgadvisory.ErrLocked)
+				}
+				require.NoError(t, job.Rollback())
+			}
 		})
 	}
 }
