@@ -33,6 +33,10 @@ type Declared struct {
 	Wait        bool          // declared wait:, taken as WithWait(WaitTimeout)
 	WaitTimeout time.Duration // with Wait: 0 waits until the context is done
 	Fencing     bool          // declared fencing: true, taken as WithFencing()
+	// Limit is the declared limit: N (at most N holders at once), taken
+	// with WithLimit(N) by Locker.RunLimited or Locker.RunSessionLimited;
+	// 0 for a lock that is not limited.
+	Limit int
 }
 
 // DeclaredParam is one parameter of a declared parameterized lock.

@@ -73,7 +73,16 @@ func (s stdlibDriver) handle() (any, string, bool) { return s.db, "*sql.DB", s.d
 
 func (s stdlibDriver) runTx(ctx context.Context, c *callState, fn func(*sql.Tx) error) error {
 	if c.lim != nil {
-		return runLimited(ctx, c, func() (txDriver, func() error) {
+		return runLimited(ctx, c, stdlibListener(s.db), func() (txDriver, func() error) {
+			d := &databaseSQLTx{db: s.db}
+			return d, func() error { return fn(d.tx) }
+		})
+	}
+	if c.queued() {
+		return runQueued(ctx, c, waitPath{exec: func(ctx context.Context, q string, args ...any) error {
+			_, err := s.db.ExecContext(ctx, q, args...)
+			return err
+		}, listen: stdlibListener(s.db)}, func() (txDriver, func() error) {
 			d := &databaseSQLTx{db: s.db}
 			return d, func() error { return fn(d.tx) }
 		})
@@ -118,7 +127,16 @@ func (p pgxDriver) handle() (any, string, bool) { return p.pool, "*pgxpool.Pool"
 
 func (p pgxDriver) runTx(ctx context.Context, c *callState, fn func(pgx.Tx) error) error {
 	if c.lim != nil {
-		return runLimited(ctx, c, func() (txDriver, func() error) {
+		return runLimited(ctx, c, pgxListener(p.pool), func() (txDriver, func() error) {
+			d := &pgxTx{pool: p.pool}
+			return d, func() error { return fn(d.tx) }
+		})
+	}
+	if c.queued() {
+		return runQueued(ctx, c, waitPath{exec: func(ctx context.Context, q string, args ...any) error {
+			_, err := p.pool.Exec(ctx, q, args...)
+			return err
+		}, listen: pgxListener(p.pool)}, func() (txDriver, func() error) {
 			d := &pgxTx{pool: p.pool}
 			return d, func() error { return fn(d.tx) }
 		})

@@ -37,7 +37,7 @@ func TestErrLockedNamesTheLock(t *testing.T) {
 		require.Contains(t, err.Error(), "lock is held by another session")
 		require.NotEqual(t, pgadvisory.ErrLocked, err, "ErrLocked is an *Error now: compare with errors.Is")
 
-		err = d.RunSessionLock(ctx, lock, func(context.Context) error { t.Error("fn called"); return nil })
+		err = d.RunSession(ctx, lock, func(context.Context) error { t.Error("fn called"); return nil })
 		require.ErrorIs(t, err, pgadvisory.ErrLocked)
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, pgadvisory.OpLock, pe.Op)
@@ -125,7 +125,7 @@ func TestSessionLostCauseOnce(t *testing.T) {
 			}
 		}
 		key := testdb.Key(t)
-		err := door.RunSession(tctx, key, func(ctx context.Context) error {
+		err := door.RunSession(tctx, pgadvisory.ID(key), func(ctx context.Context) error {
 			terminate(key)
 			awaitLoss(ctx)
 			return context.Cause(ctx)
@@ -138,7 +138,7 @@ func TestSessionLostCauseOnce(t *testing.T) {
 		// CONTROL: fn's own, different error is still reported with the loss.
 		key = testdb.Key(t)
 		boom := errors.New("boom")
-		err = door.RunSession(tctx, key, func(ctx context.Context) error {
+		err = door.RunSession(tctx, pgadvisory.ID(key), func(ctx context.Context) error {
 			terminate(key)
 			awaitLoss(ctx)
 			return boom

@@ -35,7 +35,7 @@ func ExampleWithWait() {
 	}()
 	<-held
 
-	// The server gives up after the timeout (lock_timeout).
+	// The wait gives up after the timeout: ErrLockTimeout.
 	err := pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error { return nil },
 		pgadvisory.WithWait(20*time.Millisecond))
 	fmt.Println("short wait timed out:", errors.Is(err, pgadvisory.ErrLockTimeout))

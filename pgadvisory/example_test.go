@@ -147,8 +147,11 @@ func ExampleError() {
 	lockID := exampleLockID("error")
 
 	_ = pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error {
+		// A shared wait waits in the server's lock queue, which ends it
+		// with the server's error (an exclusive one waits in lockgen's
+		// queue, whose timeout is the call's own: no SQLSTATE).
 		err := pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error { return nil },
-			pgadvisory.WithWait(10*time.Millisecond))
+			pgadvisory.WithShared(), pgadvisory.WithWait(10*time.Millisecond))
 
 		// errors.Is finds the kind; errors.As the details and the driver's error.
 		var e *pgadvisory.Error

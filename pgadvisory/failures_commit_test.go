@@ -3,7 +3,6 @@ package pgadvisory_test
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -40,9 +39,7 @@ func TestFailCommitRejected(t *testing.T) {
 		require.Equal(t, "23505", pe.SQLState)
 		require.Nil(t, pe.Kind, "rolled back: a definite answer")
 		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
-		require.False(t, w.Committed(t, "rejected"))
-		require.True(t, w.LockFree(t, key))
-		frontdoor.RequireIdle(t, door)
+		w.RequireClosing(t, door, witness.Closing{Mark: "rejected"}, key)
 
 		// CONTROL: without the duplicate, the same call commits.
 		require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
@@ -85,10 +82,8 @@ func TestCommitNeverSent(t *testing.T) {
 	require.Equal(t, pgadvisory.OpCommit, pe.Op, "%v", err)
 	require.ErrorIs(t, err, pgadvisory.ErrConnLost)
 	require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
-	require.False(t, w.Committed(t, "never sent"))
-	require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond,
-		"the ended backend's lock is released")
-	frontdoor.RequireIdle(t, door)
+	// The ended backend's lock is released when the server notices.
+	w.RequireClosing(t, door, witness.Closing{Mark: "never sent", Late: true}, key)
 
 	// CONTROL: without the failing statement, the same call commits.
 	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {

@@ -61,7 +61,7 @@ func TestFailConnect(t *testing.T) {
 						return door.RunOnce(ctx, key, "w", func(frontdoor.Tx) error { called = true; return nil })
 					},
 					"RunSession": func() error {
-						return door.RunSession(ctx, key, func(context.Context) error { called = true; return nil })
+						return door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil })
 					},
 				}
 				for name, call := range calls {

@@ -50,7 +50,7 @@ func TestFailBackendTerminated(t *testing.T) {
 			return tx.Exec(ctx, "SELECT 1")
 		})
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "57P01")
-		w.RequireRolledBack(t, door, key, "before-kill", "next-call")
+		w.RequireClosing(t, door, witness.Closing{Mark: "before-kill", Next: "next-call"}, key)
 	})
 }
 
@@ -80,7 +80,7 @@ func TestFailBackendTerminatedWhileIdle(t *testing.T) {
 		})
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
-		w.RequireRolledBack(t, door, key, "idle-kill", "next-call") // killed while idle: nothing committed
+		w.RequireClosing(t, door, witness.Closing{Mark: "idle-kill", Next: "next-call"}, key) // killed while idle: nothing committed
 	})
 }
 
@@ -116,7 +116,7 @@ func TestFailIdleInTransactionTimeout(t *testing.T) {
 				}
 				sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, op, "25P03")
 				require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
-				w.RequireRolledBack(t, door, key, "idle", "next-call")
+				w.RequireClosing(t, door, witness.Closing{Mark: "idle", Next: "next-call"}, key)
 			})
 		}
 	})
@@ -140,8 +140,7 @@ func TestFailConnectionCut(t *testing.T) {
 			return tx.Exec(ctx, "SELECT 1")
 		})
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrConnLost, "fn", "")
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		w.RequireRolledBack(t, door, key, "before-cut", "next-call")
+		w.RequireClosing(t, door, witness.Closing{Mark: "before-cut", Late: true, Next: "next-call"}, key)
 	})
 }
 
@@ -173,10 +172,8 @@ func TestFailConnectionLostDuringCommit(t *testing.T) {
 		require.True(t, fired.Load(), "the hook saw the COMMIT")
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
-		require.Eventually(t, func() bool { return w.Committed(t, "committed-unseen") }, 30*time.Second, 10*time.Millisecond,
-			"the server committed although the client never heard so")
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		w.RequireReleased(t, door, key, "next-call")
+		// The server committed although the client never heard so.
+		w.RequireClosing(t, door, witness.Closing{Mark: "committed-unseen", Committed: true, Late: true, Next: "next-call"}, key)
 	})
 }
 
@@ -204,8 +201,7 @@ func TestFailHalfOpenConnection(t *testing.T) {
 		require.False(t, w.Committed(t, "half-open"))
 		require.False(t, w.LockFree(t, key), "the server still holds the lock for the silent client")
 		px.Blackhole(false)
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		w.RequireRolledBack(t, door, key, "half-open", "next-call")
+		w.RequireClosing(t, door, witness.Closing{Mark: "half-open", Late: true, Next: "next-call"}, key)
 	})
 }
 
@@ -259,11 +255,10 @@ func TestFailClientGoneMidStatement(t *testing.T) {
 					px.Blackhole(false) // pgx's cancel request arrives: the statement stops, the backend finds its client gone
 				}
 				require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-				require.False(t, w.Committed(t, "vanished"))
 				// pgxpool counts the dead connection as checked out until pgx's
 				// cancel request, held by the blackhole, is through.
 				px.Blackhole(false)
-				frontdoor.RequireIdle(t, door)
+				w.RequireClosing(t, door, witness.Closing{Mark: "vanished", Next: "next-call"}, key)
 			})
 		})
 	}

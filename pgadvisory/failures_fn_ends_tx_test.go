@@ -63,8 +63,7 @@ func TestFnEndsTransaction(t *testing.T) {
 						require.ErrorIs(t, err, boom, "fn's own error is kept")
 					}
 					require.NotContains(t, err.Error(), "already been committed", "no bare driver message")
-					require.Equal(t, end.commit, w.Committed(t, "before-end"))
-					w.RequireReleased(t, door, key, "next-call")
+					w.RequireClosing(t, door, witness.Closing{Mark: "before-end", Committed: end.commit, Next: "next-call"}, key)
 				})
 			})
 		}

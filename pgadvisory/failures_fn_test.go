@@ -59,11 +59,8 @@ func TestFailDeadlockInFn(t *testing.T) {
 		}
 		require.NoError(t, errs[1-loser], "the survivor commits")
 		sqlstate.RequireTyped(t, errs[loser], pgadvisory.ErrDeadlock, "fn", "40P01")
-		require.False(t, w.Committed(t, "call"+strconv.Itoa(loser)))
 		require.True(t, w.Committed(t, "call"+strconv.Itoa(1-loser)))
-		require.True(t, w.LockFree(t, keys[0]))
-		require.True(t, w.LockFree(t, keys[1]))
-		frontdoor.RequireIdle(t, door)
+		w.RequireClosing(t, door, witness.Closing{Mark: "call" + strconv.Itoa(loser), Next: "next-call"}, keys[0], keys[1])
 	})
 }
 
@@ -99,7 +96,7 @@ func TestFailFnError(t *testing.T) {
 				}
 				require.Equal(t, tc.err, err, "an error without a special meaning comes back as fn returned it")
 				// released with the rollback, before the call returned
-				w.RequireRolledBack(t, door, key, "failed", "next-call")
+				w.RequireClosing(t, door, witness.Closing{Mark: "failed", Next: "next-call"}, key)
 			})
 		}
 	})
@@ -124,7 +121,7 @@ func TestFailFnPanics(t *testing.T) {
 		})
 		require.Equal(t, panicValue{n: 7}, v, "the panic reaches the caller unchanged")
 		require.NoError(t, ret, "the call did not return normally")
-		w.RequireRolledBack(t, door, key, "panicked", "next-call")
+		w.RequireClosing(t, door, witness.Closing{Mark: "panicked", Next: "next-call"}, key)
 	})
 }
 
@@ -149,7 +146,7 @@ func TestFailSwallowedSQLError(t *testing.T) {
 		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
 		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown, "the outcome is known: rolled back")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost)
-		w.RequireRolledBack(t, door, key, "swallowed", "next-call")
+		w.RequireClosing(t, door, witness.Closing{Mark: "swallowed", Next: "next-call"}, key)
 	})
 }
 

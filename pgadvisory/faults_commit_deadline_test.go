@@ -37,9 +37,7 @@ func TestCommitDeadlineDuringCommit(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
 		requireCommittedLocally(t, w, "deadline-in-commit")
-		frontdoor.RequireIdle(t, door)
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		requireUsableLocalCommit(t, w, door, key, "next-call")
+		w.RequireClosing(t, door, witness.Closing{Late: true, Next: "next-call", NextSetup: localCommit}, key)
 	})
 	t.Run("control-design-source", func(t *testing.T) {
 		// The hand-written version returns the bare context error, which
@@ -76,9 +74,7 @@ func TestCommitContextDoneBeforeCommit(t *testing.T) {
 		})
 		require.ErrorIs(t, err, context.Canceled)
 		require.NotErrorIs(t, err, pgadvisory.ErrCommitUnknown)
-		require.False(t, w.Committed(t, "canceled-before-commit"))
-		frontdoor.RequireIdle(t, door)
-		require.True(t, w.LockFree(t, key))
+		w.RequireClosing(t, door, witness.Closing{Mark: "canceled-before-commit"}, key)
 	})
 }
 

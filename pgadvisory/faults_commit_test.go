@@ -57,7 +57,7 @@ func TestFaultKillDuringCommitBeforeRecord(t *testing.T) {
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "57P01")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
 		// killed before the commit record: rolled back
-		w.RequireRolledBack(t, door, key, "in-commit", "next-call")
+		w.RequireClosing(t, door, witness.Closing{Mark: "in-commit", Next: "next-call"}, key)
 	})
 	t.Run("control-design-source", func(t *testing.T) {
 		ctx := testdb.Context(t)
@@ -110,12 +110,12 @@ func TestFaultKillDuringFencedCommit(t *testing.T) {
 				return fn(tx)
 			})
 		}
-		err := killDuringCommit(t, ctx, w, fenced, testdb.Key(t), "in-commit-fenced", "PgSleep")
+		key := testdb.Key(t)
+		err := killDuringCommit(t, ctx, w, fenced, key, "in-commit-fenced", "PgSleep")
 		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, pgadvisory.OpFencedWrite, "57P01")
 		require.Equal(t, int64(token), pe.Token)
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
-		require.False(t, w.Committed(t, "in-commit-fenced"))
-		frontdoor.RequireIdle(t, door)
+		w.RequireClosing(t, door, witness.Closing{Mark: "in-commit-fenced", Late: true}, key)
 	})
 }
 
@@ -136,11 +136,8 @@ func TestFaultKillDuringCommitAfterRecord(t *testing.T) {
 		err := killDuringCommit(t, ctx, w, door.RunExclusive, key, "in-syncrep", "SyncRep")
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrCommitUnknown, "commit", "")
 		require.NotErrorIs(t, err, pgadvisory.ErrConnLost, "ErrConnLost would promise that nothing committed")
-		require.Eventually(t, func() bool { return w.Committed(t, "in-syncrep") }, 30*time.Second, 10*time.Millisecond,
-			"killed after the commit record: committed locally")
-		require.Eventually(t, func() bool { return w.LockFree(t, key) }, 30*time.Second, 10*time.Millisecond)
-		frontdoor.RequireIdle(t, door)
-		requireUsableLocalCommit(t, w, door, key, "next-call")
+		// Killed after the commit record: committed locally.
+		w.RequireClosing(t, door, witness.Closing{Mark: "in-syncrep", Committed: true, Late: true, Next: "next-call", NextSetup: localCommit}, key)
 	})
 	t.Run("control-design-source", func(t *testing.T) {
 		ctx := testdb.Context(t)
@@ -308,18 +305,7 @@ func witnessOnCluster(t *testing.T, c *pgcluster.Cluster) *witness.Witness {
 	return &witness.Witness{DB: obs, Table: table}
 }
 
-// requireUsableLocalCommit shows the door still works on the SyncRep cluster: a
-// call that writes commits. Its transaction commits with synchronous_commit
-// = local, since a durable commit there would wait forever by design.
-func requireUsableLocalCommit(t *testing.T, w *witness.Witness, door frontdoor.Door, key int64, label string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-		if err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
-			return err
-		}
-		return w.Mark(ctx, tx, label)
-	}))
-	require.True(t, w.Committed(t, label), "control: a committed mark is seen")
-}
+// localCommit is the next call's first statement on a cluster whose
+// synchronous standby never answers: its COMMIT waits for the local flush
+// only.
+const localCommit = "SET LOCAL synchronous_commit = local"

@@ -33,7 +33,8 @@ import (
 // TestFaultKillLedger: the ledger over both front doors with WithWait while
 // a nemesis kills the lock holder's backend at random points (before, during
 // or after fn, sometimes during COMMIT) and the proxy cuts the client right
-// after every commitCutEvery-th COMMIT reached the server. Outcomes are ok,
+// after a lock transaction's COMMIT reached the server, the first and every
+// ledgerCommitCutEvery-th after it. Outcomes are ok,
 // definite failures (ErrConnLost, ErrDeadlock, other) or unknown
 // (ErrCommitUnknown); the ledger stays unique and contiguous, holds between
 // #ok and #ok+#unknown rows, every ok call's row and no row of a definitely
@@ -46,13 +47,32 @@ func TestFaultKillLedger(t *testing.T) {
 		key := testdb.Key(t)
 		app := "nemesis-" + testdb.Schema(t)
 		px := faultproxy.ToTestDB(t)
-		var commits, cuts atomic.Int64
-		px.OnClientWrite(func(p []byte) faultproxy.Action {
-			if faultproxy.HasQuery(p, "commit") && commits.Add(1)%commitCutEvery == 0 {
-				cuts.Add(1)
-				return faultproxy.ForwardThenCutClient
+		var commits, ledgerCommits, cuts atomic.Int64
+		// Only the COMMIT of a transaction whose fn ran to its end (it sent
+		// ledgerStepDone) is cut: a queued call that is not granted also
+		// commits, to keep its place in the queue, so a busy run has several
+		// COMMITs per call, and a cut that fell on those would end its call
+		// before the lock transaction's COMMIT, never with ErrCommitUnknown.
+		// The proxy's hook per connection remembers the mark.
+		px.OnClientWriteEach(func() func([]byte) faultproxy.Action {
+			stepDone := false
+			return func(p []byte) faultproxy.Action {
+				switch {
+				case faultproxy.HasQuery(p, ledgerStepDone):
+					stepDone = true
+				case faultproxy.HasQuery(p, "rollback"):
+					stepDone = false
+				case faultproxy.HasQuery(p, "commit"):
+					commits.Add(1)
+					cut := stepDone && ledgerCommits.Add(1)%ledgerCommitCutEvery == 1
+					stepDone = false
+					if cut {
+						cuts.Add(1)
+						return faultproxy.ForwardThenCutClient
+					}
+				}
+				return faultproxy.Forward
 			}
-			return faultproxy.Forward
 		})
 		door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(px.Route),
 			frontdoor.Settings(map[string]string{"application_name": app}))
@@ -61,15 +81,21 @@ func TestFaultKillLedger(t *testing.T) {
 		killed := make(chan int, 1)
 		go func() { killed <- killLockHolders(w.DB, key, app, stop) }()
 		ta := runCallLedger(ctx, func(ctx context.Context, fn func(frontdoor.Tx) error) error {
-			return door.RunExclusive(ctx, key, fn, pgadvisory.WithWait(30*time.Second))
+			return door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+				if err := fn(tx); err != nil {
+					return err
+				}
+				return tx.Exec(ctx, ledgerStepDone) // no arguments: sent as a simple query the proxy reads
+			}, pgadvisory.WithWait(30*time.Second))
 		}, table)
 		close(stop)
 		kills := frontdoor.Await(t, killed, "the killer's count")
-		px.OnClientWrite(nil)
+		px.OnClientWriteEach(nil)
 
 		// Unknown outcomes beyond the proxy's cuts are nemesis kills that
 		// hit a COMMIT in flight.
-		t.Logf("%s: %v; nemesis kills=%d, commits cut by the proxy=%d of %d", drv, ta, kills, cuts.Load(), commits.Load())
+		t.Logf("%s: %v; nemesis kills=%d, commits cut by the proxy=%d of %d lock transactions' (%d in all)",
+			drv, ta, kills, cuts.Load(), ledgerCommits.Load(), commits.Load())
 		for _, err := range ta.others {
 			t.Logf("other error: %v", err)
 		}
@@ -79,8 +105,7 @@ func TestFaultKillLedger(t *testing.T) {
 		require.Positive(t, ta.counts[outcomeOK], "some calls succeeded")
 		require.Eventually(t, func() bool { return w.Locks(t, true, key)+w.Locks(t, false, key) == 0 },
 			30*time.Second, 10*time.Millisecond, "no lock left behind")
-		frontdoor.RequireIdle(t, door)
-		w.RequireUsableAfterKills(t, door, key, failurePoolSize, "after-nemesis")
+		w.RequireClosing(t, door, witness.Closing{Next: "after-nemesis", StaleConns: failurePoolSize}, key)
 	})
 }
 
@@ -144,10 +169,18 @@ const (
 	nemesisWorkers = 8
 	nemesisIters   = 6
 	nemesisPause   = 2 * time.Millisecond
-	// commitCutEvery: the proxy cuts the client right after forwarding every
-	// commitCutEvery-th COMMIT, so that some calls must end in
-	// ErrCommitUnknown.
+	// commitCutEvery: the control's proxy cuts the client right after
+	// forwarding every commitCutEvery-th COMMIT.
 	commitCutEvery = 4
+	// ledgerCommitCutEvery: under the lock the proxy cuts the client right
+	// after forwarding the first lock transaction's COMMIT and every
+	// ledgerCommitCutEvery-th after it, so that some calls must end in
+	// ErrCommitUnknown.
+	ledgerCommitCutEvery = 3
+	// ledgerStepDone is the statement TestFaultKillLedger's fn sends last,
+	// which tells the proxy that the next COMMIT on that connection is a
+	// lock transaction's.
+	ledgerStepDone = "SELECT 'fault ledger: step done'"
 )
 
 // callOutcome is how one ledger call ended.

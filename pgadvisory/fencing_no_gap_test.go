@@ -20,9 +20,9 @@ import (
 // No gap between the publish and fn: the fenced acquisition commits its
 // publish (COMMIT AND CHAIN) while it holds the key at session level, and
 // hands it to fn's transaction before letting go of the session-level hold.
-// Callers queued on the key, a WithWait caller and a raw
-// pg_advisory_xact_lock, are granted it only after the fenced holder's fn
-// ends. The control is a holder that commits between taking the key and
+// Callers queued on the key, a WithWait caller (in lockgen's queue,
+// pgadvisory.waiter) and a raw pg_advisory_xact_lock (in the server's), are
+// granted it only after the fenced holder's fn ends. The control is a holder that commits between taking the key and
 // running its work, as a separate COMMIT would: a queued caller gets the
 // key in between.
 
@@ -54,12 +54,20 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 					}, pgadvisory.WithFencing(), pgadvisory.WithWait(0))
 				}()
 				requireWaiting(t, w, key, 1)
-				var wRan atomic.Bool
+				// W runs once, never while F or R holds the key (rHolding is
+				// set before R's transaction can end, see below).
+				var wRan, rHolding, overlap atomic.Bool
 				wDone := make(chan error, 1)
 				go func() {
-					wDone <- door.RunExclusive(ctx, key, func(frontdoor.Tx) error { wRan.Store(true); return nil }, pgadvisory.WithWait(0))
+					wDone <- door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
+						if rHolding.Load() {
+							overlap.Store(true)
+						}
+						wRan.Store(true)
+						return nil
+					}, pgadvisory.WithWait(0))
 				}()
-				requireWaiting(t, w, key, 2)
+				requireQueued(t, admin, key, 1)
 				raw := rawConn(t, admin)
 				rawTx, err := raw.BeginTx(ctx, nil)
 				require.NoError(t, err)
@@ -68,9 +76,16 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 				rDone := make(chan error, 1)
 				go func() {
 					_, err := rawTx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)
+					if err == nil {
+						rHolding.Store(true)
+					}
 					rDone <- err
 				}()
-				requireWaiting(t, w, key, 3)
+				// F and R wait in the server's queue; W, first in lockgen's
+				// queue behind a holder that did not queue, may wait there too
+				// at times (a bounded wait, then a new try).
+				require.Eventually(t, func() bool { return w.Locks(t, false, key) >= 2 }, 30*time.Second, 5*time.Millisecond,
+					"round %d: F and R should be waiting", round)
 
 				_, err = prev.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, key)
 				require.NoError(t, err)
@@ -79,7 +94,6 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 				// While fn runs, the fenced holder alone has the key.
 				time.Sleep(50 * time.Millisecond)
 				holds := w.Holds(t, key)
-				require.Len(t, holds, 3, "round %d: %+v", round, holds)
 				granted := 0
 				for _, h := range holds {
 					if h.Granted {
@@ -96,11 +110,15 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 
 				close(release)
 				require.NoError(t, frontdoor.Await(t, fDone, "the fenced holder"))
-				// Now the queue moves on: W, then R once W is done (or R first).
+				// Now the queues move on, R and W one after the other in
+				// either order: R keeps the key until its transaction ends,
+				// W's fn must not run meanwhile.
+				require.NoError(t, frontdoor.Await(t, rDone, "the raw waiter"))
+				rHolding.Store(false)
+				require.NoError(t, rawTx.Rollback())
 				require.NoError(t, frontdoor.Await(t, wDone, "the WithWait caller"))
 				require.True(t, wRan.Load())
-				require.NoError(t, frontdoor.Await(t, rDone, "the raw waiter"))
-				require.NoError(t, rawTx.Rollback())
+				require.False(t, overlap.Load(), "round %d: the WithWait caller ran while the raw waiter held the key", round)
 			}
 		})
 	}
@@ -127,7 +145,7 @@ func TestFencingNoGapControl(t *testing.T) {
 	go func() {
 		wDone <- door.RunExclusive(ctx, key, func(frontdoor.Tx) error { wRan.Store(true); return nil }, pgadvisory.WithWait(0))
 	}()
-	requireWaiting(t, w, key, 1)
+	requireQueued(t, admin, key, 1)
 
 	require.NoError(t, tx.Commit()) // the "publish" commits
 	require.NoError(t, frontdoor.Await(t, wDone, "the WithWait caller"))
@@ -143,6 +161,15 @@ func requireWaiting(t *testing.T, w *witness.Witness, key int64, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return w.Locks(t, false, key) == n }, 30*time.Second, 5*time.Millisecond,
 		"%d requests for lock %d should be waiting", n, key)
+}
+
+// requireQueued waits until n waiting calls for key are queued in lockgen's
+// queue (pgadvisory.waiter), where a waiting RunExclusive waits holding no
+// connection.
+func requireQueued(t *testing.T, admin *sql.DB, key int64, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return queueRows(t, admin, key) == n }, 30*time.Second, 5*time.Millisecond,
+		"%d calls for lock %d should be queued", n, key)
 }
 
 // rawConn is a connection of its own on db, closed when t ends.

@@ -94,8 +94,8 @@ func TestFencingPublishOrdering(t *testing.T) {
 
 	// (b') Through the runtime the wait is defaultPublishTimeout (5 s): a
 	// writer that stays open longer makes the next holder fail with
-	// ErrLockTimeout at the publish step, without calling fn. Its token is
-	// never published; T1 stays current, and a later holder succeeds.
+	// ErrLockTimeout at the publish step, without calling fn. It draws no
+	// token; T1 stays current, and a later holder succeeds.
 	for _, door := range doors {
 		t.Run("runtime_publish_timeout/"+door.Label(), func(t *testing.T) {
 			t.Parallel() // the two doors wait their 5 s together
@@ -121,7 +121,10 @@ func TestFencingPublishOrdering(t *testing.T) {
 			var cRan atomic.Bool
 			c := frontdoor.Await(t, fencing.StartHolder(ctx, door, key, tbl, &cRan), "C")
 			require.NoError(t, c.Err)
-			require.Greater(t, c.Token, t1+1, "B's unpublished token is skipped, never reused")
+			// B gave up before drawing a token (the fence row is locked
+			// first), so C's may be T1's successor; other tests draw from
+			// the same sequence meanwhile, so only "newer" is certain.
+			require.Greater(t, c.Token, t1, "C's token is newer than T1's")
 			require.Equal(t, map[int64]fencing.Row{1: {Balance: 1, Token: c.Token}}, fencing.Rows(t, admin, tbl))
 		})
 	}

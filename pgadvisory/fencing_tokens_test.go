@@ -120,7 +120,7 @@ func TestFencingTokens(t *testing.T) {
 
 	for _, door := range doors {
 		t.Run("session_lock_refused/"+door.Label(), func(t *testing.T) {
-			err := door.RunSession(testdb.Context(t), testdb.Key(t), func(context.Context) error { return nil }, pgadvisory.WithFencing())
+			err := door.RunSession(testdb.Context(t), pgadvisory.ID(testdb.Key(t)), func(context.Context) error { return nil }, pgadvisory.WithFencing())
 			require.ErrorIs(t, err, pgadvisory.ErrInvalidArgument)
 		})
 	}

@@ -30,6 +30,24 @@ func (l Lock) With(opts ...Option) Lock {
 	return l
 }
 
+// Limit returns the limit the lock declares with [WithLimit] (see
+// [Lock.With]; generated code declares it for limit: in locks.yaml), or 0
+// when it declares none. Test helpers use it: lockgentest.Hold takes every
+// slot of a limited lock.
+func (l Lock) Limit() int {
+	if l.defaults == nil {
+		return 0
+	}
+	c := &callState{}
+	for _, o := range *l.defaults {
+		o.apply(c)
+	}
+	if c.lim == nil || c.err != nil {
+		return 0
+	}
+	return c.lim.declared
+}
+
 // String returns the lock's name and ID, e.g.
 // "reports.daily_email(-6078806957557529815)", or the ID alone for a lock
 // without a name ([ID]).

@@ -50,6 +50,18 @@ type lockerState struct {
 
 	lease leaseState // the leases of WithLease (lease.go)
 
+	// waits wakes the Locker's queued waiting calls; noQueue: the
+	// database has no queue for them (wait_queue.go)
+	waits   waitHub
+	noQueue atomic.Bool
+	// serverWaits: the heads of its queues waiting on the server now
+	serverWaits serverWaits
+	// polls bounds the rate of its waiters' poll statements (poll_gate.go)
+	polls pollGate
+
+	// limited: the Locker's waiting limited calls (limited.go)
+	limited limitedWaiters
+
 	// tokens maps an open fenced lock transaction (the value fn receives)
 	// to its token, while fn runs (see FencingToken).
 	tokens sync.Map
@@ -72,11 +84,12 @@ func New[TTx any](d Driver[TTx], opts ...LockerOption) (*Locker[TTx], error) {
 	if d == nil {
 		return nil, &Error{Op: OpOptions, Kind: ErrInvalidArgument, Err: errors.New("New: nil Driver")}
 	}
-	_, name, isNil := d.handle()
+	pool, name, isNil := d.handle()
 	if isNil {
 		return nil, &Error{Op: OpOptions, Kind: ErrInvalidArgument, Err: errors.New("New: nil " + name)}
 	}
 	s := newLockerState()
+	s.serverWaits.pool = pool
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -198,8 +211,11 @@ func (l *Locker[TTx]) RunOnce(ctx context.Context, lock Lock, window string, fn 
 // the pool when the first lock needs it and given back as soon as it holds
 // no lock. A key held by another call of this Locker counts as held
 // elsewhere ([ErrLocked], or a wait with [WithWait]) before a lock
-// statement is sent. A waiting call waits in the server's queue on a
-// connection of its own, which joins the shared ones once granted.
+// statement is sent. A waiting call ([WithWait]) on one exclusive key
+// waits in lockgen's queue without a connection and takes its lock on a
+// shared connection when its turn comes (see WithWait); a waiting set or
+// shared lock waits in the server's queue on a connection of its own,
+// which joins the shared ones once granted.
 //
 // fn gets a context that is canceled, with a cause wrapping
 // [ErrLockLost], as soon as a periodic check ([WithCheckInterval],
@@ -220,17 +236,30 @@ func (l *Locker[TTx]) RunOnce(ctx context.Context, lock Lock, window string, fn 
 // fn's own database work uses other connections and is not covered by
 // the lock the way RunExclusive's transaction is: use fencing for
 // correctness.
+//
+// With [WithLease] the lock is a lease instead, which works through any
+// pooler and holds no connection while fn runs (see WithLease).
 func (l *Locker[TTx]) RunSession(ctx context.Context, lock Lock, fn func(context.Context) error, opts ...Option) error {
 	c, err := l.call(lock, opts, famSession, fn == nil)
 	if err != nil {
 		return err
 	}
+	if c.given&optLease != 0 {
+		if c.holder == "" {
+			c.holder = defaultHolder()
+		}
+		pool, _, _ := l.d.handle()
+		return leadLease(ctx, c, l.s, pool, func(ctx context.Context, _ int64) error { return fn(ctx) })
+	}
 	c.poolRoom = l.d.poolRoom
+	pool, _, _ := l.d.handle()
+	c.listen = queuedSessionListener(pool)
 	return runSession(ctx, c, l.s, l.d.sessions(), fn)
 }
 
-// Lead campaigns for the leadership lock: it waits in the queue of the
-// session-level advisory lock until it is granted or ctx ends, then
+// Lead campaigns for the leadership lock: it waits in the lock's queue
+// (lockgen's, holding no connection, on a Locker with shared session
+// connections: see [WithWait]) until it is granted or ctx ends, then
 // publishes a new term and runs fn with a leadership context and the term.
 //
 // The term is a fencing token drawn from lockgen's token sequence and
@@ -272,6 +301,7 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 		return leadLease(ctx, c, l.s, pool, fn)
 	}
 	c.poolRoom = l.d.poolRoom
+	c.listen = queuedSessionListener(pool)
 	return runSession(ctx, c, l.s, l.d.sessions(), c.leadership(fn))
 }
 
@@ -290,15 +320,20 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 //     for good (a bad option, a transaction pooler, lockgen's schema
 //     missing, the Locker closed): Campaign returns that error.
 //
-// Campaign returns nil once ctx ends.
+// Campaign returns nil once ctx ends. With [WithLease] each leadership
+// is a lease, and Campaign polls for it while another holds it, holding
+// no connection (see WithLease).
 func (l *Locker[TTx]) Campaign(ctx context.Context, lock Lock, fn func(ctx context.Context, term int64) error, opts ...Option) error {
-	return campaign(ctx, fn, func(ctx context.Context, fn func(context.Context, int64) error) error {
-		return l.Lead(ctx, lock, fn, append(opts[:len(opts):len(opts)], inCampaign)...)
+	return campaign(ctx, fn, func(ctx context.Context, fn func(context.Context, int64) error, resigned bool) error {
+		return l.Lead(ctx, lock, fn, append(opts[:len(opts):len(opts)], inCampaign(resigned))...)
 	})
 }
 
-// inCampaign marks a Lead called by Campaign.
-var inCampaign = optionFunc(func(c *callState) { c.campaign = true })
+// inCampaign marks a Lead called by Campaign, right after its leader
+// resigned or not.
+func inCampaign(resigned bool) Option {
+	return optionFunc(func(c *callState) { c.campaign, c.resigned = true, resigned })
+}
 
 // CurrentLeader reports who leads lock now, or an error matching
 // [ErrNoLeader]. A leader whose backend is gone is never reported: the
@@ -308,8 +343,9 @@ var inCampaign = optionFunc(func(c *callState) { c.campaign = true })
 // lock in exclusive mode, and its term is the lock's published token. The
 // check runs on the server in one statement (pgadvisory.current_leader),
 // which needs no privilege on lockgen's tables. A lease leader
-// ([WithLease]) is reported, with PID 0, while its lease is held, has not
-// expired on the database's clock and its term is the published token.
+// ([WithLease]) is reported, with PID 0 and its lease's expiry (Expires),
+// while its lease is held, has not expired on the database's clock and its
+// term is the published token.
 //
 // The answer can be out of date by the time it arrives: use it to show or
 // route, never as permission to act as the leader (that is what the term

@@ -75,7 +75,7 @@ func TestLockerClose(t *testing.T) {
 		held, release := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- door.RunSession(ctx, other, func(context.Context) error {
+			done <- door.RunSession(ctx, pgadvisory.ID(other), func(context.Context) error {
 				close(held)
 				<-release
 				return nil
@@ -91,10 +91,10 @@ func TestLockerClose(t *testing.T) {
 		}
 		closed(door.RunExclusive(ctx, key, txNotCalled(t)), "RunExclusive")
 		closed(door.RunOnce(ctx, key, "w", txNotCalled(t)), "RunOnce")
-		closed(door.RunSession(ctx, key, func(context.Context) error { t.Error("fn was called"); return nil }), "RunSession")
-		closed(door.Lead(ctx, key, notCalledLead(t)), "Lead")
-		closed(door.Campaign(ctx, key, notCalledLead(t)), "Campaign")
-		_, err := door.CurrentLeader(ctx, key)
+		closed(door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { t.Error("fn was called"); return nil }), "RunSession")
+		closed(door.Lead(ctx, pgadvisory.ID(key), notCalledLead(t)), "Lead")
+		closed(door.Campaign(ctx, pgadvisory.ID(key), notCalledLead(t)), "Campaign")
+		_, err := door.CurrentLeader(ctx, pgadvisory.ID(key))
 		closed(err, "CurrentLeader")
 		closed(door.RunFenced(ctx, 1, txNotCalled(t)), "RunFenced")
 		tx, end, err := door.Begin(ctx, "")
@@ -134,7 +134,7 @@ func TestLockerSessionConnsAreItsOwn(t *testing.T) {
 		}
 		keys := []int64{testdb.Key(t), testdb.Key(t), testdb.Key(t)}
 		hold := func(d frontdoor.Door, key int64, next func()) {
-			require.NoError(t, d.RunSession(ctx, key, func(context.Context) error { next(); return nil }))
+			require.NoError(t, d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { next(); return nil }))
 		}
 		hold(a, keys[0], func() {
 			hold(a, keys[1], func() {
@@ -170,8 +170,8 @@ func TestLockerDefaults(t *testing.T) {
 		require.Equal(t, "replica-7", holder("w1"))
 		require.Equal(t, "call", holder("w2"))
 
-		require.NoError(t, d.Lead(ctx, key, func(ctx context.Context, term int64) error {
-			leader, err := d.CurrentLeader(ctx, key)
+		require.NoError(t, d.Lead(ctx, pgadvisory.ID(key), func(ctx context.Context, term int64) error {
+			leader, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.NoError(t, err)
 			require.Equal(t, "replica-7", leader.Holder)
 			require.Equal(t, term, leader.Term)

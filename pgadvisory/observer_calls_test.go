@@ -121,7 +121,7 @@ func TestCallObserverOutcomes(t *testing.T) {
 
 		t.Run("refused before the start: not observed", func(t *testing.T) {
 			require.ErrorIs(t, door.RunExclusive(ctx, key, noop, observe, pgadvisory.WithWait(-time.Second)), pgadvisory.ErrInvalidArgument)
-			require.ErrorIs(t, door.RunSession(ctx, key, func(context.Context) error { return nil }, observe, pgadvisory.WithFencing()),
+			require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }, observe, pgadvisory.WithFencing()),
 				pgadvisory.ErrInvalidArgument)
 			require.ErrorIs(t, door.RunOnce(ctx, key, "", noop, observe), pgadvisory.ErrInvalidArgument)
 			require.Empty(t, log.take())
@@ -158,7 +158,7 @@ func TestCallObserverSession(t *testing.T) {
 
 		t.Run("acquired, fn's context from the observer", func(t *testing.T) {
 			var inFn *loggedCall
-			require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
+			require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 				inFn, _ = ctx.Value(loggedCallKey{}).(*loggedCall)
 				return nil
 			}, observe))
@@ -170,12 +170,14 @@ func TestCallObserverSession(t *testing.T) {
 		})
 
 		t.Run("lost", func(t *testing.T) {
-			err := door.RunSession(ctx, key, func(ctx context.Context) error {
+			err := door.RunSession(ctx, pgadvisory.ID(key), func(fnCtx context.Context) error {
 				require.True(t, w.BackendAlive(t, int64(w.Holder(t, key).PID)))
+				// On the test's ctx: fn's may end as soon as the backend
+				// is gone, before this statement's answer is read.
 				_, err := testdb.DB(t).ExecContext(ctx, "SELECT pg_terminate_backend($1)", w.Holder(t, key).PID)
 				require.NoError(t, err)
-				<-ctx.Done()
-				return context.Cause(ctx)
+				<-fnCtx.Done()
+				return context.Cause(fnCtx)
 			}, observe, pgadvisory.WithCheckInterval(50*time.Millisecond))
 			require.ErrorIs(t, err, pgadvisory.ErrLockLost)
 			c := log.only(t)
@@ -186,7 +188,7 @@ func TestCallObserverSession(t *testing.T) {
 
 		t.Run("locked", func(t *testing.T) {
 			release := door.Hold(t, key, nil)
-			require.ErrorIs(t, door.RunSession(ctx, key, func(context.Context) error { return nil }, observe), pgadvisory.ErrLocked)
+			require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }, observe), pgadvisory.ErrLocked)
 			require.NoError(t, release())
 			c := log.only(t)
 			require.Equal(t, pgadvisory.OutcomeLocked, c.end.Outcome)

@@ -36,7 +36,7 @@ func TestObserverSetForLocker(t *testing.T) {
 
 		door = door.WithLocker(pgadvisory.WithLockerObserver(process))
 		require.NoError(t, door.RunExclusive(ctx, key, noop))
-		require.NoError(t, door.RunSession(ctx, key, func(context.Context) error { return nil }))
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }))
 		calls := process.take()
 		require.Len(t, calls, 2)
 		require.Equal(t, pgadvisory.CallExclusive, calls[0].call.Kind)

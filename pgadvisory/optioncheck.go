@@ -88,7 +88,7 @@ var optionRules = [optCount]optionRule{
 	{"WithCheckTimeout", famSessions, "only a session lock is checked while fn runs"},
 	{"WithSessionPooler", famSessions, "a transaction lock works through a pooler in session or transaction mode"},
 	{"WithReadOnly", famTx, "a session lock runs no transaction of its own"},
-	{"WithLease", famLead, "only Lead takes a lease so far (WithLease with RunSession is not supported yet)"},
+	{"WithLease", famLead | famSession, "only Lead, Campaign and RunSession take a lease"},
 	{"WithLimit", famLimits, "the lock is limited to n holders at once, which only RunLimited and RunSessionLimited count; " +
 		"taken by another verb it would be one more holder that no slot counts"},
 }

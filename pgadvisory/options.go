@@ -71,6 +71,7 @@ type callState struct {
 	runOnce       bool // a run-once call
 	lead          bool // a leadership (Lead, Campaign)
 	campaign      bool // Lead called by Campaign
+	resigned      bool // Campaign's attempt right after its leader resigned
 	// poolRoom: whether the driver's pool can hand out a connection now
 	// (see sessionPool.place); nil: not asked
 	poolRoom func() bool
@@ -86,6 +87,14 @@ type callState struct {
 	// lim: a limited call's state, or a lock declared with WithLimit
 	// (limited.go); nil otherwise
 	lim *limitState
+	// queue: a waiting call's place in lockgen's queue (wait_queue.go);
+	// nil when the call does not wait there
+	queue *queueState
+	// queuedSession: a session lock taken through lockgen's queue
+	// (session_queue.go), whose release wakes the queue's head; listen
+	// opens the Locker's listening connection for such waits (nil: poll)
+	queuedSession bool
+	listen        func(context.Context) (notifyConn, error)
 
 	// session locks: runs on the lock's connection once the lock is
 	// granted, before fn (Lead publishes its term there); an error, already
@@ -106,10 +115,34 @@ type callState struct {
 }
 
 // WithWait makes the call wait for the lock instead of giving up at once.
-// The server enforces timeout as lock_timeout, set for the lock statement
-// only (fn's statements run under the caller's settings), so an expired
-// wait returns [ErrLockTimeout]; a timeout of 0 waits until ctx is done,
-// even where the database, the role or the session sets a lock_timeout.
+// An expired wait returns [ErrLockTimeout]; a timeout of 0 waits until ctx
+// is done, even where the database, the role or the session sets a
+// lock_timeout.
+//
+// [Locker.RunExclusive] and [Locker.RunOnce] on one exclusive lock (not
+// [WithLocks], [WithShared], [WithFencing] or [WithReadOnly]) wait
+// without a connection, in arrival order, once lockgen's schema has
+// migration 00011 (see [Migrate]): the call tries first, in the round trips
+// of a call that does not wait; when the lock is held it joins the lock's
+// queue (pgadvisory.waiter), gives its connection back, and tries again
+// when the holder's release wakes it (LISTEN/NOTIFY on one connection per
+// [Locker], over pgx or pgx's database/sql driver on a direct connection)
+// or at its polling interval (behind a pooler, or when the holder took
+// the lock without queueing or died). Among the calls waiting for one
+// lock, across processes, the one that joined first is granted first; a
+// waiter that went away (its process died) no longer blocks the queue
+// once its row expires, within its Locker's check interval
+// ([WithDefaultCheckInterval]). A call without WithWait that finds the
+// lock free takes it, ahead of the queue. The timeout is the call's own
+// (its error carries no SQLSTATE), and a wait that ends without the lock
+// removes its row. [Locker.RunSession], [Locker.Lead] and
+// [Locker.Campaign] on one exclusive key wait the same way when the
+// Locker shares session connections ([WithSessionConns], 2 by default),
+// and take the lock on a shared connection when their turn comes.
+//
+// Every other waiting call waits in the server's lock queue, holding a
+// connection: the server enforces timeout as lock_timeout, set for the
+// lock statement only (fn's statements run under the caller's settings).
 // Several locks are taken in ascending ID order, so callers that wait for
 // overlapping sets cannot deadlock each other.
 //

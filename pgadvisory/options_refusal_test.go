@@ -41,7 +41,7 @@ func TestOptionRefusals(t *testing.T) {
 		return d.RunOnceLock(ctx, l, "refusal-window", noopTx, opts...)
 	}
 	session := func(ctx context.Context, d frontdoor.Door, l pgadvisory.Lock, opts ...pgadvisory.Option) error {
-		return d.RunSessionLock(ctx, l, noopSession, opts...)
+		return d.RunSession(ctx, l, noopSession, opts...)
 	}
 	for _, tc := range []struct {
 		name     string

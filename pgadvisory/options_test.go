@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/sqlstate"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
@@ -124,7 +125,7 @@ func TestOptionLocksDuplicates(t *testing.T) {
 func TestOptionWaitZero(t *testing.T) {
 	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 		ctx := testdb.Context(t)
-		check := testdb.DB(t)
+		check := migrated.DB(t)
 		table := newLedger(t, check)
 		key := testdb.Key(t)
 
@@ -138,8 +139,8 @@ func TestOptionWaitZero(t *testing.T) {
 				return tx.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&seen)
 			}, pgadvisory.WithWait(0))
 		}()
-		require.Eventually(t, func() bool { return witness.Of(check).Locks(t, false, key) == 1 },
-			10*time.Second, 5*time.Millisecond, "the second call waits on the server")
+		require.Eventually(t, func() bool { return queueRows(t, check, key) == 1 },
+			10*time.Second, 5*time.Millisecond, "the second call waits in the lock's queue")
 		select {
 		case err := <-done:
 			t.Fatalf("WithWait(0) returned while the lock was held: %v", err)
@@ -152,21 +153,28 @@ func TestOptionWaitZero(t *testing.T) {
 }
 
 // TestOptionWaitTimeout: WithWait(d) while the lock is held returns
-// ErrLockTimeout in an *Error carrying SQLSTATE 55P03 and the server's
-// error; fn is not called; the holder is unaffected; and lock_timeout does
+// ErrLockTimeout in an *Error (Op "lock"): for one lock, waiting in
+// lockgen's queue, without SQLSTATE (no statement failed); for a set,
+// waiting in the server's queue, with SQLSTATE 55P03 and the server's
+// error. fn is not called; the holder is unaffected; and lock_timeout does
 // not leak to the pooled connection (the instance has a single one).
 func TestOptionWaitTimeout(t *testing.T) {
+	migrated.DB(t)
 	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 		ctx := testdb.Context(t)
 		waiter := frontdoor.Open(t, door.Driver, frontdoor.MaxConns(1))
-		key := testdb.Key(t)
+		key, other := testdb.Key(t), testdb.Key(t)
 		release := door.Hold(t, key, nil)
 
 		called := false
 		err := waiter.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithWait(30*time.Millisecond))
-		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "55P03")
+		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "")
 		require.False(t, called, "fn must not run after a timeout")
 		require.Equal(t, []int64{key}, pe.LockIDs)
+		err = waiter.RunExclusive(ctx, other, func(frontdoor.Tx) error { called = true; return nil },
+			pgadvisory.WithLocks(key), pgadvisory.WithWait(30*time.Millisecond))
+		sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "55P03")
+		require.False(t, called, "fn must not run after a timeout")
 
 		require.NoError(t, release(), "the holder commits normally")
 

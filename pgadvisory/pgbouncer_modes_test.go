@@ -50,8 +50,10 @@ func TestPgBouncerStatementMode(t *testing.T) {
 					"RunExclusive WithWait": func() error {
 						return door.RunExclusive(ctx, key, func(frontdoor.Tx) error { t.Error("fn ran"); return nil }, pgadvisory.WithWait(0))
 					},
-					"RunSession":                   func() error { return door.RunSession(ctx, key, notCalled(t)) },
-					"RunSession WithSessionPooler": func() error { return door.RunSession(ctx, key, notCalled(t), pgadvisory.WithSessionPooler()) },
+					"RunSession": func() error { return door.RunSession(ctx, pgadvisory.ID(key), notCalled(t)) },
+					"RunSession WithSessionPooler": func() error {
+						return door.RunSession(ctx, pgadvisory.ID(key), notCalled(t), pgadvisory.WithSessionPooler())
+					},
 				}
 				for name, call := range calls {
 					for range 3 { // every call, not just the first
@@ -93,7 +95,7 @@ func TestPgBouncerSessionMode(t *testing.T) {
 				key := testdb.Key(t)
 
 				// Not declared: session mode looks like transaction mode.
-				err := door.RunSession(ctx, key, notCalled(t))
+				err := door.RunSession(ctx, pgadvisory.ID(key), notCalled(t))
 				pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrTransactionPooler, "begin", "")
 				require.ErrorContains(t, pe, "WithSessionPooler")
 				require.Empty(t, w.Holds(t, key))
@@ -102,10 +104,10 @@ func TestPgBouncerSessionMode(t *testing.T) {
 				// everyone, through the pooler or not, and is released.
 				for _, wait := range []pgadvisory.Option{nil, pgadvisory.WithWait(0)} {
 					called := false
-					require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
+					require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 						called = true
 						holder := w.Holder(t, key)
-						require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t), declared), pgadvisory.ErrLocked)
+						require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(key), notCalled(t), declared), pgadvisory.ErrLocked)
 						require.ErrorIs(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error {
 							t.Error("a transaction lock ran under the session lock")
 							return nil
@@ -148,7 +150,7 @@ func TestPgBouncerTransactionModeRefusesFirst(t *testing.T) {
 				if i%3 == 0 {
 					opts = append(opts, pgadvisory.WithWait(0))
 				}
-				wg.Go(func() { errs[i] = door.RunSession(ctx, key, notCalled(t), opts...) })
+				wg.Go(func() { errs[i] = door.RunSession(ctx, pgadvisory.ID(key), notCalled(t), opts...) })
 			}
 			wg.Wait()
 			for i, err := range errs {

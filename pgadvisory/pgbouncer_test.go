@@ -122,7 +122,7 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 			key := testdb.Key(t)
 			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.db), frontdoor.OnPool(e.pool)} {
 				called := false
-				err := d.RunSession(ctx, key, func(context.Context) error { called = true; return nil })
+				err := d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil })
 				require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler, d.Label())
 				require.False(t, called, d.Label())
 				var pe *pgadvisory.Error
@@ -134,7 +134,7 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 			// Control: connected directly, the same calls take the lock (and
 			// the witness sees it) and release it.
 			for _, d := range []frontdoor.Door{frontdoor.OnDB(e.direct), frontdoor.OnPool(testdb.Pool(t))} {
-				err := d.RunSession(ctx, key, func(context.Context) error {
+				err := d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 					if n := len(witness.Of(e.direct).Holds(t, key)); n != 1 {
 						return fmt.Errorf("pg_locks shows %d locks on the key while fn runs", n)
 					}

@@ -134,6 +134,9 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 	}
 	st := c.txLockStatement(d.pipelined())
 	res, err := d.begin(ctx, txc, c.readOnly, st, claim)
+	if c.queue != nil {
+		c.queue.unblock() // the head's wait on the server, if any, is over
+	}
 	if err != nil {
 		if st.fenced && fencedOp(err) == OpPublish {
 			return stepFailed(ctx, OpPublish, err)
@@ -145,6 +148,9 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		return txOutcome{end: txRefused, op: OpLock, kind: ErrStandby, ctxErr: ctx.Err()}
 	}
 	if !res.granted {
+		if c.queue != nil {
+			return c.queue.keep(ctx, d) // its place in the queue commits
+		}
 		// The loser's answer is known after one round trip; the ROLLBACK
 		// that returns the connection runs without making the caller wait.
 		go c.rollbackNow(ctx, d)
@@ -157,7 +163,12 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		}
 	}
 	if c.lim != nil {
-		if err := c.lim.checkRegistered(); err != nil {
+		switch err := c.lim.checkSlot(); err {
+		case nil:
+		case errNoSlot:
+			go c.rollbackNow(ctx, d) // as for a lock not granted
+			return txOutcome{end: txLocked}
+		default:
 			c.rollbackNow(ctx, d)
 			return txOutcome{end: txFailed, op: OpLock, err: err}
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/wirecount"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -93,6 +94,7 @@ func TestRoundTripsControls(t *testing.T) {
 }
 
 func TestRoundTripsRunExclusivePgx(t *testing.T) {
+	migrated.DB(t) // WithWait on one lock waits in the queue of migration 00011: its first try costs the same
 	ctx := context.Background()
 	c := wirecount.New()
 	pool := countedPool(t, c)
@@ -147,6 +149,7 @@ func TestRoundTripsRunExclusivePgx(t *testing.T) {
 }
 
 func TestRoundTripsRunExclusive(t *testing.T) {
+	migrated.DB(t) // WithWait on one lock waits in the queue of migration 00011: its first try costs the same
 	ctx := context.Background()
 	c := wirecount.New()
 	db := countedDB(t, c)
@@ -203,7 +206,7 @@ func TestRoundTripsRunSession(t *testing.T) {
 				testdb.Key(t)
 				testdb.Key(t)
 				requireSteadyRoundTrips(t, c, 3, func() error {
-					return door.RunSession(ctx, key, noop, append(opts(key), pgadvisory.WithCheckInterval(time.Minute))...)
+					return door.RunSession(ctx, pgadvisory.ID(key), noop, append(opts(key), pgadvisory.WithCheckInterval(time.Minute))...)
 				})
 			})
 		}
@@ -345,5 +348,46 @@ func requireSteadyOutcome(t *testing.T, c *wirecount.Counter, n int64, want erro
 		before := c.RoundTrips()
 		require.ErrorIs(t, op(), want)
 		require.Equal(t, n, c.RoundTrips()-before, "round trips of run %d", i)
+	}
+}
+
+// TestRoundTripsRunSessionSetRefused: a session set refused on a shared
+// connection gives back exactly what its try statement took. Refused at
+// its first lock, it took nothing and costs what a refused single lock
+// costs; refused at its second, one round trip more, the unlock of the
+// first.
+func TestRoundTripsRunSessionSetRefused(t *testing.T) {
+	ctx := testdb.Context(t)
+	c := wirecount.New()
+	doors := []frontdoor.Door{frontdoor.OnDB(countedDB(t, c)), frontdoor.OnPool(countedPool(t, c))}
+	for _, door := range doors {
+		t.Run(door.Label(), func(t *testing.T) {
+			first, second, free := testdb.Key(t), testdb.Key(t), testdb.Key(t)
+			held := testdb.Key(t) // first < second < free < held: a set is taken in ascending order
+			holdElsewhere(t, first, held)
+			refused := func(keys ...int64) int64 {
+				t.Helper()
+				op := func() error {
+					return door.RunSession(ctx, pgadvisory.ID(keys[0]), notCalled(t),
+						pgadvisory.WithLocks(keys[1:]...), pgadvisory.WithCheckInterval(time.Minute))
+				}
+				require.ErrorIs(t, op(), pgadvisory.ErrLocked, "warm-up")
+				var n int64
+				for i := range 3 {
+					before := c.RoundTrips()
+					require.ErrorIs(t, op(), pgadvisory.ErrLocked)
+					got := c.RoundTrips() - before
+					if i > 0 {
+						require.Equal(t, n, got, "round trips of run %d", i)
+					}
+					n = got
+				}
+				return n
+			}
+			single := refused(first)
+			require.Equal(t, single, refused(first, second), "refused at its first lock, the set took nothing to give back")
+			require.Equal(t, single+1, refused(second, free, held), "refused at its third lock, the set gives back the two it took in one round trip")
+			require.Empty(t, witness.Of(testdb.DB(t)).Holds(t, second, free), "nothing of the refused sets is left held")
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -31,7 +32,7 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		var txids []int64
-		err := door.RunSession(ctx, key, func(ctx context.Context) error {
+		err := door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 			holder := e.w.Holder(t, key)
 			require.Equal(t, "ExclusiveLock", holder.Mode)
 			for range 3 {
@@ -52,9 +53,9 @@ func TestSessionExcludesWhileFnRuns(t *testing.T) {
 					t.Error("RunExclusive ran under a held session lock")
 					return nil
 				}), pgadvisory.ErrLocked)
-				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
-				require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
-				require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
+				require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(key), notCalled(t)), pgadvisory.ErrLocked)
+				require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(key), notCalled(t)), pgadvisory.ErrLocked)
+				require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(key), notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
 				// Still the same single holder.
 				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 			}
@@ -75,7 +76,7 @@ func TestSessionContention(t *testing.T) {
 			key := testdb.Key(t)
 			require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error {
 				holder := e.w.Holder(t, key)
-				err := door.RunSession(ctx, key, notCalled(t))
+				err := door.RunSession(ctx, pgadvisory.ID(key), notCalled(t))
 				require.ErrorIs(t, err, pgadvisory.ErrLocked, "ErrLocked is returned as is")
 				// The loser took nothing.
 				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
@@ -85,10 +86,10 @@ func TestSessionContention(t *testing.T) {
 		})
 		t.Run("session lock holds it", func(t *testing.T) {
 			key := testdb.Key(t)
-			require.NoError(t, other.RunSession(ctx, key, func(ctx context.Context) error {
+			require.NoError(t, other.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 				holder := e.w.Holder(t, key)
-				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
-				require.ErrorIs(t, door.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
+				require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(key), notCalled(t)), pgadvisory.ErrLocked)
+				require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(key), notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
 				require.Equal(t, holder.PID, e.w.Holder(t, key).PID)
 				return nil
 			}))
@@ -97,8 +98,8 @@ func TestSessionContention(t *testing.T) {
 		t.Run("observer sees contention", func(t *testing.T) {
 			key := testdb.Key(t)
 			var events []pgadvisory.Event
-			require.NoError(t, other.RunSession(ctx, key, func(ctx context.Context) error {
-				err := door.RunSession(ctx, key, notCalled(t), pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
+			require.NoError(t, other.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
+				err := door.RunSession(ctx, pgadvisory.ID(key), notCalled(t), pgadvisory.WithObserver(func(ev pgadvisory.Event) { events = append(events, ev) }))
 				require.ErrorIs(t, err, pgadvisory.ErrLocked)
 				return nil
 			}))
@@ -115,10 +116,10 @@ func TestSessionShared(t *testing.T) {
 		ctx := testdb.Context(t)
 		key := testdb.Key(t)
 		readers := 0
-		require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
 			require.Equal(t, "ShareLock", e.w.Holder(t, key).Mode)
 			// Another reader gets in, on either front door.
-			require.NoError(t, other.RunSession(ctx, key, func(context.Context) error {
+			require.NoError(t, other.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 				readers++
 				holds := e.w.Holds(t, key)
 				require.Len(t, holds, 2, "two shared holders: %+v", holds)
@@ -129,7 +130,7 @@ func TestSessionShared(t *testing.T) {
 			}, pgadvisory.WithShared()))
 			require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { readers++; return nil }, pgadvisory.WithShared()))
 			// Writers are excluded.
-			require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t)), pgadvisory.ErrLocked)
+			require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(key), notCalled(t)), pgadvisory.ErrLocked)
 			require.ErrorIs(t, door.RunExclusive(ctx, key, func(frontdoor.Tx) error {
 				t.Error("exclusive transaction lock ran under a shared session lock")
 				return nil
@@ -140,8 +141,8 @@ func TestSessionShared(t *testing.T) {
 		requireSessionFree(t, e, other, key)
 
 		// Control: an exclusive session excludes readers.
-		require.NoError(t, door.RunSession(ctx, key, func(ctx context.Context) error {
-			require.ErrorIs(t, other.RunSession(ctx, key, notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
+			require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(key), notCalled(t), pgadvisory.WithShared()), pgadvisory.ErrLocked)
 			return nil
 		}))
 		requireSessionFree(t, e, other, key)
@@ -154,14 +155,14 @@ func TestSessionMultipleLocks(t *testing.T) {
 		k1, k2, k3 := testdb.Key(t), testdb.Key(t), testdb.Key(t)
 
 		t.Run("all held while fn runs", func(t *testing.T) {
-			require.NoError(t, door.RunSession(ctx, k1, func(ctx context.Context) error {
+			require.NoError(t, door.RunSession(ctx, pgadvisory.ID(k1), func(ctx context.Context) error {
 				holds := e.w.Holds(t, k1, k2, k3)
 				require.Len(t, holds, 3, "%+v", holds)
 				for _, h := range holds {
 					require.Equal(t, holds[0].PID, h.PID, "one backend holds the set")
 				}
 				for _, k := range []int64{k1, k2, k3} {
-					require.ErrorIs(t, other.RunSession(ctx, k, notCalled(t)), pgadvisory.ErrLocked)
+					require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(k), notCalled(t)), pgadvisory.ErrLocked)
 				}
 				return nil
 			}, pgadvisory.WithLocks(k3, k2, k2)))
@@ -174,7 +175,7 @@ func TestSessionMultipleLocks(t *testing.T) {
 			require.NoError(t, other.RunExclusive(ctx, k3, func(frontdoor.Tx) error {
 				holder := e.w.Holder(t, k3)
 				for range 3 {
-					err := door.RunSession(ctx, k1, notCalled(t), pgadvisory.WithLocks(k2, k3))
+					err := door.RunSession(ctx, pgadvisory.ID(k1), notCalled(t), pgadvisory.WithLocks(k2, k3))
 					require.ErrorIs(t, err, pgadvisory.ErrLocked)
 					// Nothing of the set stays locked on any connection,
 					// pooled or not.
@@ -182,7 +183,7 @@ func TestSessionMultipleLocks(t *testing.T) {
 					require.Equal(t, holder.PID, e.w.Holder(t, k3).PID)
 				}
 				// The rest of the set is free for others.
-				require.NoError(t, other.RunSession(ctx, k1, func(context.Context) error { return nil }, pgadvisory.WithLocks(k2)))
+				require.NoError(t, other.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { return nil }, pgadvisory.WithLocks(k2)))
 				return nil
 			}))
 			require.Empty(t, e.w.Holds(t, k1, k2, k3))
@@ -260,7 +261,7 @@ func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key
 	ctx := testdb.Context(t)
 	require.Empty(t, e.w.Holds(t, key))
 	called := false
-	require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
+	require.NoError(t, other.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil }))
 	require.True(t, called)
 	require.NoError(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { return nil }))
 	require.Empty(t, e.w.Holds(t, key))
@@ -268,7 +269,9 @@ func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key
 
 // TestSessionFullPoolUsesASharedConnection: a pool of 2 connections, one
 // holding a session lock on a shared connection and one waiting for the
-// same key on a connection of its own. A non-waiting RunSession on a free
+// same key on a connection of its own (a shared lock: an exclusive
+// waiter waits in lockgen's queue, holding no connection, which this
+// checks first). A non-waiting RunSession on a free
 // key must run on the open shared connection instead of waiting for a pool
 // connection (it hung until its ctx ended). The control: a Locker whose
 // session locks each take a connection of their own (WithSessionConns(0))
@@ -276,7 +279,7 @@ func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key
 // a pool connection.
 func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
 	ctx := testdb.Context(t)
-	admin := testdb.DB(t)
+	admin := migrated.DB(t)
 	holdKey, freeKey := testdb.Key(t), testdb.Key(t)
 	db := testdb.DB(t)
 	db.SetMaxOpenConns(2)
@@ -293,12 +296,19 @@ func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
 		})
 	}()
 	frontdoor.Await(t, held, "the holder's lock")
+	queued := make(chan error, 1)
+	go func() {
+		queued <- l.RunSession(ctx, pgadvisory.ID(holdKey), func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+	}()
+	require.Eventually(t, func() bool { return queueRows(t, admin, holdKey) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the exclusive waiter is queued")
+	require.Equal(t, 1, db.Stats().InUse, "the queued waiter holds no connection")
 	waiter := make(chan error, 1)
 	go func() {
-		waiter <- l.RunSession(ctx, pgadvisory.ID(holdKey), func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+		waiter <- l.RunSession(ctx, pgadvisory.ID(holdKey), func(context.Context) error { return nil }, pgadvisory.WithWait(0), pgadvisory.WithShared())
 	}()
 	require.Eventually(t, func() bool { return witness.Of(admin).Locks(t, false, holdKey) == 1 }, 20*time.Second, 10*time.Millisecond,
-		"the waiter waits in the server's queue on a connection of its own")
+		"the shared waiter waits in the server's queue on a connection of its own")
 	require.Equal(t, 2, db.Stats().InUse, "the reproduction: the pool is full")
 
 	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -319,4 +329,5 @@ func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
 	close(release)
 	require.NoError(t, frontdoor.Await(t, holder, "the holder's return"))
 	require.NoError(t, frontdoor.Await(t, waiter, "the waiter's return"))
+	require.NoError(t, frontdoor.Await(t, queued, "the queued waiter's return"))
 }

@@ -44,7 +44,7 @@ func TestLargeSets(t *testing.T) {
 			t.Run(fmt.Sprintf("%d/%s", n, door), func(t *testing.T) {
 				for _, wait := range []pgadvisory.Option{nil, pgadvisory.WithWait(time.Minute)} {
 					called := 0
-					require.NoError(t, door.RunSession(ctx, ids[0], func(ctx context.Context) error {
+					require.NoError(t, door.RunSession(ctx, pgadvisory.ID(ids[0]), func(ctx context.Context) error {
 						called++
 						require.Equal(t, n, w.held(t, ids, true), "every lock of the set, on one backend")
 						// The watcher checks the whole set a dozen times (its
@@ -71,7 +71,7 @@ func TestLargeSets(t *testing.T) {
 				// every lock below it, finds that one taken, and the call
 				// releases the rest.
 				release := door.Hold(t, ids[n-1], nil)
-				require.ErrorIs(t, door.RunSession(ctx, ids[0], notCalled(t), with), pgadvisory.ErrLocked)
+				require.ErrorIs(t, door.RunSession(ctx, pgadvisory.ID(ids[0]), notCalled(t), with), pgadvisory.ErrLocked)
 				require.Zero(t, w.held(t, ids[:n-1], false), "nothing of the set stays held")
 				require.ErrorIs(t, door.RunExclusive(ctx, ids[0], func(frontdoor.Tx) error {
 					t.Error("fn ran without the whole set")
@@ -105,7 +105,7 @@ func TestLargeSetErrorText(t *testing.T) {
 						pgadvisory.WithLocks(ids[1:]...), pgadvisory.WithWait(50*time.Millisecond))
 				},
 				func() error {
-					return door.RunSession(ctx, ids[0], notCalled(t), pgadvisory.WithLocks(ids[1:]...), pgadvisory.WithWait(50*time.Millisecond))
+					return door.RunSession(ctx, pgadvisory.ID(ids[0]), notCalled(t), pgadvisory.WithLocks(ids[1:]...), pgadvisory.WithWait(50*time.Millisecond))
 				},
 			} {
 				err := call()

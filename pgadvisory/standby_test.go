@@ -53,7 +53,7 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 			return d.RunExclusive(ctx, key, func(frontdoor.Tx) error { *called = true; return nil })
 		}},
 		{"RunSession", func(d frontdoor.Door, called *bool) error {
-			return d.RunSession(ctx, key, func(context.Context) error { *called = true; return nil })
+			return d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { *called = true; return nil })
 		}},
 		{"RunSession_dedicated", func(d frontdoor.Door, called *bool) error {
 			// A connection of the call's own (SetSessionConns 0, which the
@@ -68,16 +68,16 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 			return pgadvisory.RunSessionPgx(ctx, d.Pool(), key, fn)
 		}},
 		{"Lead", func(d frontdoor.Door, called *bool) error {
-			return d.Lead(ctx, key, func(context.Context, int64) error { *called = true; return nil })
+			return d.Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error { *called = true; return nil })
 		}},
 		{"Campaign", func(d frontdoor.Door, called *bool) error {
 			// A standby may be promoted: Campaign retries it until ctx ends.
 			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer cancel()
-			if err := d.Campaign(cctx, key, func(context.Context, int64) error { *called = true; return nil }); err != nil {
+			if err := d.Campaign(cctx, pgadvisory.ID(key), func(context.Context, int64) error { *called = true; return nil }); err != nil {
 				return err
 			}
-			return d.Lead(ctx, key, func(context.Context, int64) error { *called = true; return nil })
+			return d.Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error { *called = true; return nil })
 		}},
 		{"RunExclusive_fenced", func(d frontdoor.Door, called *bool) error {
 			// fence_acquire answers standby before it locks or draws a token.

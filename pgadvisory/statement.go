@@ -23,6 +23,10 @@ type lockShape struct {
 	// pgadvisory.statement_timeout that the prelude saved (see
 	// statementTimeoutPrelude), for session locks from a parameter.
 	restoreStatementTimeout bool
+	// counted: the try of a set on a shared connection (session, no
+	// wait), which also returns how many of the set's locks it kept before
+	// the one held elsewhere (see countedTrySQL).
+	counted bool
 }
 
 var statementCache sync.Map // lockShape -> string
@@ -130,6 +134,9 @@ func (c *callState) txLockStatement(pipelined bool) lockStatement {
 	if c.lim != nil {
 		return c.lim.statement(c)
 	}
+	if c.queue != nil {
+		return c.queue.statement(c)
+	}
 	lift := pipelined && c.wait
 	var st lockStatement
 	if c.fencing {
@@ -157,6 +164,9 @@ const statementTimeoutPrelude = `SELECT set_config('statement_timeout', '0', tru
 
 // buildLockSQL writes the lock statement of shape s.
 func buildLockSQL(s lockShape) string {
+	if s.counted {
+		return countedTrySQL(s.shared)
+	}
 	fn := "pg_"
 	if !s.wait {
 		fn += "try_"

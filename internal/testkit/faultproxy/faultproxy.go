@@ -1,7 +1,9 @@
 // Package faultproxy is an in-process TCP proxy for tests that need a
 // connection to fail in a controlled way: cut abruptly, turned half-open
-// (nothing moves but nothing closes), or cut right after a chosen message
-// reached the server and before the client reads the answer.
+// (nothing moves but nothing closes), cut right after a chosen message
+// reached the server and before the client reads the answer, or held open
+// and silent once a chosen answer comes from the server, even after the
+// server ended its side ([HoldClient]).
 //
 //	px := faultproxy.New(t, "127.0.0.1:5432")
 //	// connect the client under test to px.Addr() instead of the server
@@ -43,6 +45,13 @@ const (
 	// client; the server side is half-closed (it reads the bytes, then EOF), so
 	// the server acts on them although the client never sees the answer.
 	ForwardThenCutClient
+	// HoldClient, returned by a hook of [Proxy.OnServerWrite], passes
+	// neither these bytes nor anything the server sends afterwards to the
+	// client, and keeps the client's connection open and silent, even once
+	// the server has ended its side, until the client leaves or the proxy
+	// closes: a path that holds a client whose server session died instead
+	// of passing the loss on.
+	HoldClient
 )
 
 // Proxy forwards TCP connections from a local listener to a target address
@@ -58,6 +67,9 @@ type Proxy struct {
 	links  map[*link]struct{}
 	gate   chan struct{} // closed while forwarding is on; open during a blackhole
 	hook   func([]byte) Action
+	each   func() func([]byte) Action // OnClientWriteEach's
+	hooks  int                        // counts installs of hook or each
+	shook  func([]byte) Action        // OnServerWrite's
 	closed bool
 }
 
@@ -131,8 +143,53 @@ func (p *Proxy) Blackhole(on bool) {
 // returned: usually one write of the client, possibly several or part of one.
 func (p *Proxy) OnClientWrite(hook func(p []byte) Action) {
 	p.mu.Lock()
-	p.hook = hook
+	p.hook, p.each = hook, nil
+	p.hooks++
 	p.mu.Unlock()
+}
+
+// OnClientWriteEach installs a hook per connection (nil removes it), in place
+// of [Proxy.OnClientWrite]'s: newHook is called once for each connection, at
+// its first chunk after the install, and the hook it returns sees only that
+// connection's chunks, as OnClientWrite's hook sees all of them. A hook can
+// so keep what its connection sent before, such as a statement that marks
+// its transaction.
+func (p *Proxy) OnClientWriteEach(newHook func() func(p []byte) Action) {
+	p.mu.Lock()
+	p.hook, p.each = nil, newHook
+	p.hooks++
+	p.mu.Unlock()
+}
+
+// OnServerWrite installs hook (nil removes it), called as [Proxy.OnClientWrite]'s
+// is, with the bytes read from a server before they are passed to the
+// client. Forward passes them on; HoldClient holds the client (see
+// [HoldClient]).
+func (p *Proxy) OnServerWrite(hook func(p []byte) Action) {
+	p.mu.Lock()
+	p.shook = hook
+	p.mu.Unlock()
+}
+
+// HasError reports whether p holds a complete PostgreSQL ErrorResponse
+// message ('E') whose SQLSTATE (its 'C' field) is code, such as "57P01"
+// (terminating connection due to administrator command).
+func HasError(p []byte, code string) bool {
+	for len(p) >= 5 {
+		n := int(binary.BigEndian.Uint32(p[1:5]))
+		if n < 4 || 1+n > len(p) {
+			return false
+		}
+		if p[0] == 'E' {
+			for _, f := range strings.Split(string(p[5:1+n]), "\x00") {
+				if f == "C"+code {
+					return true
+				}
+			}
+		}
+		p = p[1+n:]
+	}
+	return false
 }
 
 // HasQuery reports whether p holds a complete PostgreSQL simple-protocol
@@ -196,7 +253,7 @@ func (p *Proxy) up(l *link) {
 				return
 			}
 			action := Forward
-			if hook := p.currentHook(); hook != nil {
+			if hook := p.currentHook(l); hook != nil {
 				action = hook(buf[:n])
 			}
 			if action == ForwardThenCutClient {
@@ -211,6 +268,10 @@ func (p *Proxy) up(l *link) {
 			}
 		}
 		if err != nil {
+			if l.isHeld() {
+				p.drop(l, true) // the server side is gone: nothing to half-close
+				return
+			}
 			select {
 			case <-l.done: // torn down: the server side is already closed
 			default:
@@ -233,12 +294,20 @@ func (p *Proxy) down(l *link) {
 			if !p.pass(l) {
 				return
 			}
+			if hook := p.currentServerHook(); hook != nil && !l.isHeld() && hook(buf[:n]) == HoldClient {
+				l.hold()
+			}
 			if !l.writeClient(buf[:n]) {
 				p.drop(l, true)
 				return
 			}
 		}
 		if err != nil {
+			if l.isHeld() {
+				// Keep the client: the link ends when it leaves (up).
+				_ = l.server.Close()
+				return
+			}
 			p.drop(l, !errors.Is(err, io.EOF))
 			return
 		}
@@ -258,10 +327,25 @@ func (p *Proxy) pass(l *link) bool {
 	}
 }
 
-func (p *Proxy) currentHook() func([]byte) Action {
+// currentHook is the hook for l's next chunk; it is called on l's up
+// goroutine only, which alone touches l's own hook.
+func (p *Proxy) currentHook(l *link) func([]byte) Action {
+	p.mu.Lock()
+	hook, each, hooks := p.hook, p.each, p.hooks
+	p.mu.Unlock()
+	if each == nil {
+		return hook
+	}
+	if l.hooks != hooks || l.hook == nil {
+		l.hook, l.hooks = each(), hooks
+	}
+	return l.hook
+}
+
+func (p *Proxy) currentServerHook() func([]byte) Action {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.hook
+	return p.shook
 }
 
 func (p *Proxy) drop(l *link, abrupt bool) {
@@ -290,8 +374,25 @@ type link struct {
 	done           chan struct{}
 	once           sync.Once
 
-	mu  sync.Mutex // serializes writes to client with stopToClient
-	cut bool       // nothing more goes to the client
+	mu   sync.Mutex // serializes writes to client with stopToClient
+	cut  bool       // nothing more goes to the client
+	held bool       // HoldClient: and the client stays connected
+
+	hook  func([]byte) Action // OnClientWriteEach's hook for this link (up's)
+	hooks int                 // the install that made hook
+}
+
+// hold stops everything to the client and keeps it connected.
+func (l *link) hold() {
+	l.mu.Lock()
+	l.cut, l.held = true, true
+	l.mu.Unlock()
+}
+
+func (l *link) isHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
 }
 
 func (l *link) stopToClient() {

@@ -217,6 +217,41 @@ func TestProxyForwardThenCutClient(t *testing.T) {
 	require.Equal(t, commit, got)
 }
 
+// TestProxyOnClientWriteEach: each connection gets a hook of its own, so a
+// hook can act on what its connection sent before: here a COMMIT is cut only
+// on the connection that sent "mark" first.
+func TestProxyOnClientWriteEach(t *testing.T) {
+	srv := newEchoServer(t)
+	px := faultproxy.New(t, srv.ln.Addr().String())
+	px.OnClientWriteEach(func() func([]byte) faultproxy.Action {
+		marked := false
+		return func(p []byte) faultproxy.Action {
+			switch {
+			case faultproxy.HasQuery(p, "mark"):
+				marked = true
+			case marked && faultproxy.HasQuery(p, "commit"):
+				return faultproxy.ForwardThenCutClient
+			}
+			return faultproxy.Forward
+		}
+	})
+	plain, marking := dial(t, px.Addr()), dial(t, px.Addr())
+	mark, commit := string(query("mark")), string(query("commit"))
+	got, err := roundTrip(marking, mark)
+	require.NoError(t, err)
+	require.Equal(t, mark, got)
+	got, err = roundTrip(plain, commit)
+	require.NoError(t, err, "control: the connection that sent no mark keeps its COMMIT")
+	require.Equal(t, commit, got)
+	_, err = roundTrip(marking, commit)
+	require.Error(t, err, "the marked connection's COMMIT is cut")
+
+	px.OnClientWriteEach(nil)
+	got, err = roundTrip(plain, commit)
+	require.NoError(t, err, "without the hook the message is forwarded normally")
+	require.Equal(t, commit, got)
+}
+
 func TestHasQuery(t *testing.T) {
 	parse := append([]byte{'P', 0, 0, 0, 12}, "\x00commit\x00\x00\x00"...)
 	binary.BigEndian.PutUint32(parse[1:5], uint32(len(parse)-1))
@@ -282,4 +317,68 @@ func TestProxyTargetDown(t *testing.T) {
 	_, err = c.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF)
 	require.False(t, errors.Is(err, os.ErrDeadlineExceeded))
+}
+
+// TestProxyHoldClient: once the server hook holds the client, neither
+// that answer nor the server's end reaches it: the client's reads time out
+// where, without the hook (the control), it reads the answer and EOF.
+func TestProxyHoldClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() { // answers "bye" to anything, then closes
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 16)
+			_, _ = c.Read(buf)
+			_, _ = c.Write([]byte("bye"))
+			_ = c.Close()
+		}
+	}()
+	for _, hold := range []bool{false, true} {
+		px := faultproxy.New(t, ln.Addr().String())
+		if hold {
+			px.OnServerWrite(func(p []byte) faultproxy.Action {
+				if bytes.Contains(p, []byte("bye")) {
+					return faultproxy.HoldClient
+				}
+				return faultproxy.Forward
+			})
+		}
+		c := dial(t, px.Addr())
+		_, err := c.Write([]byte("hi"))
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
+		got, err := io.ReadAll(c)
+		if !hold {
+			require.NoError(t, err, "the control reads the answer, then EOF")
+			require.Equal(t, "bye", string(got))
+			continue
+		}
+		var ne net.Error
+		require.ErrorAs(t, err, &ne, "held: the read times out")
+		require.True(t, ne.Timeout())
+		require.Empty(t, got)
+		require.Equal(t, 1, px.Conns(), "the held client's link stays open")
+		require.NoError(t, c.Close())
+		require.Eventually(t, func() bool { return px.Conns() == 0 }, 5*time.Second, 10*time.Millisecond,
+			"the link ends once the held client leaves")
+	}
+}
+
+func TestHasError(t *testing.T) {
+	msg := func(typ byte, body string) []byte {
+		b := append([]byte{typ, 0, 0, 0, 0}, body...)
+		binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-1))
+		return b
+	}
+	fatal := msg('E', "SFATAL\x00C57P01\x00Mterminating connection due to administrator command\x00\x00")
+	require.True(t, faultproxy.HasError(fatal, "57P01"))
+	require.True(t, faultproxy.HasError(append(msg('N', "SNOTICE\x00C00000\x00\x00"), fatal...), "57P01"), "after another message")
+	require.False(t, faultproxy.HasError(fatal, "55P03"), "another SQLSTATE")
+	require.False(t, faultproxy.HasError(msg('N', "SNOTICE\x00C57P01\x00\x00"), "57P01"), "a notice is no error")
+	require.False(t, faultproxy.HasError(fatal[:8], "57P01"), "truncated")
 }

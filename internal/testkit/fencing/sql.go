@@ -140,16 +140,18 @@ func Rows(t testing.TB, db *sql.DB, table string) map[int64]Row {
 	return got
 }
 
-// Published is the token published for lockID (0: none).
+// Published is the token published for lockID (0: none; the lock's fence
+// row, made when a table was listed as fenced by it, has token NULL until
+// it publishes).
 func Published(t testing.TB, db *sql.DB, lockID int64) int64 {
 	t.Helper()
-	var tok int64
+	var tok sql.NullInt64
 	err := db.QueryRow(`SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, lockID).Scan(&tok)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0
 	}
 	require.NoError(t, err)
-	return tok
+	return tok.Int64
 }
 
 // LastToken is the fencing sequence's last issued value.
@@ -195,14 +197,15 @@ func PublishAhead(t testing.TB, db *sql.DB, lockID int64) int64 {
 	return ahead
 }
 
-// ForcePublished overwrites lockID's fence row with token, as an owner of
-// lockgen's schema can: for states no holder can reach, and for databases
-// whose schema predates the fenced acquisition (before migration 00005).
+// ForcePublished overwrites lockID's token in its fence row with token (the
+// row's other columns, such as the copy of the lock's fenced tables, stay),
+// as an owner of lockgen's schema can: for states no holder can reach, and
+// for databases whose schema predates the fenced acquisition (before
+// migration 00005).
 func ForcePublished(t testing.TB, db *sql.DB, lockID, token int64) {
 	t.Helper()
-	_, err := db.Exec(`DELETE FROM pgadvisory.fence WHERE lock_id = $1`, lockID)
-	require.NoError(t, err)
-	_, err = db.Exec(`INSERT INTO pgadvisory.fence (lock_id, token) VALUES ($1, $2)`, lockID, token)
+	_, err := db.Exec(`INSERT INTO pgadvisory.fence AS f (lock_id, token) VALUES ($1, $2)
+		ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token`, lockID, token)
 	require.NoError(t, err)
 }
 

@@ -21,6 +21,12 @@
 // control test (hand-written locking, the design source's code) began, so
 // that a control can run the same fn as the front door under test.
 //
-// Adding a Locker method to pgadvisory means adding one method to Door
-// that calls it on either Locker, and every two-door test can use it.
+// A Door embeds its Locker as [Sessions]: the Locker's methods that take
+// no transaction (RunSession, Lead, Campaign, CurrentLeader, WatchLeader,
+// RunSessionLimited, Close) are called on the door as they are, with a
+// pgadvisory.Lock. Door's own methods are what the Locker does not give:
+// the verbs whose fn takes a transaction, adapted to [Tx] (and given a raw
+// lock ID), the pool (Begin, InUse, Checkout), and [Door.Hold]. A new
+// Locker method without a transaction belongs in Sessions; one with a
+// transaction needs a method here that adapts it.
 package frontdoor

@@ -28,11 +28,33 @@ const (
 // Drivers are both front doors, database/sql first.
 var Drivers = []Driver{SQL, Pgx}
 
+// Sessions is what a Locker of either driver does without a transaction
+// of its driver: its methods whose signatures do not mention the
+// transaction type. A [Door] embeds its Locker as Sessions, so
+// door.RunSession, door.Lead, door.CurrentLeader and door.Close are the
+// Locker's own methods.
+type Sessions interface {
+	RunSession(ctx context.Context, lock pgadvisory.Lock, fn func(context.Context) error, opts ...pgadvisory.Option) error
+	RunSessionLimited(ctx context.Context, lock pgadvisory.Lock, n int, fn func(context.Context) error, opts ...pgadvisory.Option) error
+	Lead(ctx context.Context, lock pgadvisory.Lock, fn func(ctx context.Context, term int64) error, opts ...pgadvisory.Option) error
+	Campaign(ctx context.Context, lock pgadvisory.Lock, fn func(ctx context.Context, term int64) error, opts ...pgadvisory.Option) error
+	CurrentLeader(ctx context.Context, lock pgadvisory.Lock) (pgadvisory.Leader, error)
+	WatchLeader(ctx context.Context, lock pgadvisory.Lock, fn func(pgadvisory.Leader) error) error
+	Close() error
+}
+
+var (
+	_ Sessions = (*pgadvisory.Locker[*sql.Tx])(nil)
+	_ Sessions = (*pgadvisory.Locker[pgx.Tx])(nil)
+)
+
 // Door is one front door bound to a connection pool: a pgadvisory.Locker
-// of either driver. The zero Door is not usable; get one from [Open],
-// [ForEach], [OnDB] or [OnPool].
+// of either driver. Its methods that take a transaction's fn adapt it to
+// [Tx]; the rest are the Locker's own ([Sessions]). The zero Door is not
+// usable; get one from [Open], [ForEach], [OnDB] or [OnPool].
 type Door struct {
 	Driver Driver
+	Sessions
 	db     *sql.DB       // set when Driver is SQL
 	pool   *pgxpool.Pool // set when Driver is Pgx
 	sqlL   *pgadvisory.Locker[*sql.Tx]
@@ -47,7 +69,7 @@ func OnDB(db *sql.DB, opts ...pgadvisory.LockerOption) Door {
 	if err != nil {
 		panic(fmt.Sprintf("frontdoor: %v", err))
 	}
-	return Door{Driver: SQL, db: db, sqlL: l}
+	return Door{Driver: SQL, Sessions: l, db: db, sqlL: l}
 }
 
 // OnPool is the pgx front door on pool: a Locker of pgadvisory.Pgx(pool)
@@ -57,7 +79,7 @@ func OnPool(pool *pgxpool.Pool, opts ...pgadvisory.LockerOption) Door {
 	if err != nil {
 		panic(fmt.Sprintf("frontdoor: %v", err))
 	}
-	return Door{Driver: Pgx, pool: pool, pgxL: l}
+	return Door{Driver: Pgx, Sessions: l, pool: pool, pgxL: l}
 }
 
 // WithLocker returns a door on d's pool with a new Locker made with opts
@@ -71,14 +93,6 @@ func (d Door) WithLocker(opts ...pgadvisory.LockerOption) Door {
 	}
 	n.writes = d.writes
 	return n
-}
-
-// Close is the door's Locker's Close.
-func (d Door) Close() error {
-	if d.Driver == Pgx {
-		return d.pgxL.Close()
-	}
-	return d.sqlL.Close()
 }
 
 // SQLLocker is the database/sql door's Locker, nil for the pgx door.
@@ -134,19 +148,6 @@ func (d Door) RunOnceLock(ctx context.Context, l pgadvisory.Lock, window string,
 		return d.pgxL.RunOnce(ctx, l, window, pgxFn(d.pgxL, fn), opts...)
 	}
 	return d.sqlL.RunOnce(ctx, l, window, sqlFn(d.sqlL, fn), opts...)
-}
-
-// RunSession is Locker.RunSession with lockID as the lock.
-func (d Door) RunSession(ctx context.Context, lockID int64, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-	return d.RunSessionLock(ctx, pgadvisory.ID(lockID), fn, opts...)
-}
-
-// RunSessionLock is Locker.RunSession.
-func (d Door) RunSessionLock(ctx context.Context, l pgadvisory.Lock, fn func(context.Context) error, opts ...pgadvisory.Option) error {
-	if d.Driver == Pgx {
-		return d.pgxL.RunSession(ctx, l, fn, opts...)
-	}
-	return d.sqlL.RunSession(ctx, l, fn, opts...)
 }
 
 // LockTx is Locker.LockTx in tx, a transaction of this door's driver

@@ -47,10 +47,10 @@ func TestDoorsReachTheirDriver(t *testing.T) {
 		called := false
 		other := frontdoor.Open(t, d.Driver, frontdoor.MaxConns(1))
 		require.ErrorIs(t, other.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }), pgadvisory.ErrLocked)
-		require.ErrorIs(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }), pgadvisory.ErrLocked)
+		require.ErrorIs(t, other.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil }), pgadvisory.ErrLocked)
 		require.False(t, called)
 		require.NoError(t, release())
-		require.NoError(t, other.RunSession(ctx, key, func(context.Context) error { called = true; return nil }))
+		require.NoError(t, other.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil }))
 		require.True(t, called)
 
 		require.Zero(t, other.InUse())

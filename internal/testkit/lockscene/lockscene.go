@@ -1,7 +1,7 @@
 // Package lockscene sets up, for tests of lockgen status, a database in which
 // advisory locks are held and awaited by other sessions: a declared plain
-// lock held by RunExclusive and awaited by a second RunExclusive with
-// WithWait, a registered and an unregistered instance of a declared
+// lock held by RunExclusive and awaited by a SQL job in the server's lock
+// queue, a registered and an unregistered instance of a declared
 // parameterized lock, and a key nobody declared.
 package lockscene
 
@@ -29,7 +29,7 @@ type Scene struct {
 
 	// Plain is a declared plain lock (pinned to a unique key). HolderPID
 	// holds it in RunExclusive (idle in its transaction), WaiterPID waits
-	// for it with WithWait.
+	// for it in the server's lock queue (pg_advisory_xact_lock).
 	Plain                pgadvisory.Declared
 	HolderPID, WaiterPID int
 	HolderApp, WaiterApp string // their application_name
@@ -109,12 +109,14 @@ func Start(t *testing.T, db *sql.DB) *Scene {
 		t.Fatalf("lockscene: holder: %v", err)
 	}
 
-	// The waiter: RunExclusive WithWait on the same lock.
+	// The waiter: a SQL job waiting in the server's lock queue for the same
+	// lock (pg_advisory_xact_lock in a transaction). A waiting RunExclusive
+	// would not do: with migration 00011 it waits in pgadvisory.waiter,
+	// holding no connection, so pg_locks never shows it.
 	waitCtx, cancelWait := context.WithCancel(ctx)
 	s.cancelWait = cancelWait
 	s.running.Go(func() {
-		s.waiterDone <- pgadvisory.RunExclusive(waitCtx, s.waiterDB, s.Plain.ID,
-			func(*sql.Tx) error { return nil }, pgadvisory.WithWait(0))
+		s.waiterDone <- waitInServerQueue(waitCtx, s.waiterDB, s.Plain.ID)
 	})
 	// Seen waiting in pg_locks itself (not through the view under test).
 	require.Eventually(t, func() bool {
@@ -184,4 +186,18 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// waitInServerQueue takes the transaction-level advisory lock id, waiting in
+// the server's lock queue, and commits at once.
+func waitInServerQueue(ctx context.Context, db *sql.DB, id int64) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int8)`, id); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }

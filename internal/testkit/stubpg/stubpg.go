@@ -7,8 +7,10 @@
 //
 // It answers a query by what it mentions: pg_try_advisory_lock,
 // pg_try_advisory_xact_lock and pg_advisory_unlock return true (with
-// pg_backend_pid() when asked too), pg_backend_pid() alone the pid, a
-// count over pg_locks 0, BEGIN, COMMIT and ROLLBACK their command tags.
+// pg_backend_pid() when asked too), lockgen's waiting transaction-lock
+// statement (pg_advisory_xact_lock with pg_is_in_recovery()) granted and
+// no standby, pg_backend_pid() alone the pid, a count over pg_locks 0,
+// BEGIN, COMMIT and ROLLBACK their command tags.
 // Anything else is an error (SQLSTATE 0A000), so a test sees what it did
 // not expect.
 package stubpg
@@ -144,6 +146,10 @@ func answer(b *pgproto3.Backend, sql string, pid uint32, tx byte) byte {
 		} else {
 			row(b, []string{"got"}, []uint32{16}, "t")
 		}
+	case strings.Contains(q, "pg_advisory_xact_lock(") && strings.Contains(q, "pg_is_in_recovery"):
+		// lockgen's waiting transaction lock (RunExclusive with WithWait):
+		// granted, not a standby.
+		row(b, []string{"granted", "standby"}, []uint32{16, 16}, "t", "f")
 	case strings.Contains(q, "pg_backend_pid"):
 		row(b, []string{"pid"}, []uint32{23}, strconv.FormatUint(uint64(pid), 10))
 	default:

@@ -170,53 +170,80 @@ func (w *Witness) BlockedBy(t testing.TB, pid int64, pattern string) int64 {
 	return n
 }
 
-// RequireRolledBack is the closing check of a failure story: the mark
-// labelled mark was not committed, key is free, no connection of door is
-// left checked out, and door still works (RequireUsable with next).
-func (w *Witness) RequireRolledBack(t testing.TB, door frontdoor.Door, key int64, mark, next string) {
-	t.Helper()
-	require.False(t, w.Committed(t, mark), "nothing of the failed call committed")
-	w.RequireReleased(t, door, key, next)
+// Closing is what a failure story checks at its end, with
+// [Witness.RequireClosing]: what became of the failed call's work, and
+// that the call left nothing behind.
+type Closing struct {
+	// Mark is the label the failed call's fn marked; "" skips the check.
+	Mark string
+	// Committed: the mark must be committed (a COMMIT whose answer was
+	// lost, the work committed anyway); false: it must not be.
+	Committed bool
+	// Late: the server may release the lock (and finish a commit) after
+	// the call returned, once it notices a connection closed, or a
+	// statement canceled, from a goroutine of the driver's: wait up to 30s
+	// instead of checking at once.
+	Late bool
+	// Next is the label that a next call on the first key marks, to show
+	// that the door still works; "" skips it.
+	Next string
+	// NextSetup is a statement that next call runs before its mark (for
+	// example SET LOCAL synchronous_commit = local on a cluster whose
+	// synchronous standby never answers); "" for none.
+	NextSetup string
+	// StaleConns is how many next calls may fail with ErrConnLost before
+	// one commits: after a nemesis that killed backends whose calls then
+	// ended normally, such a connection went back to the pool idle, and no
+	// client can know before it uses it again. Each costs at most one call.
+	StaleConns int
 }
 
-// RequireReleased is the closing check of a failed call whose outcome the
-// test has checked: the lock is free, door has no connection checked out,
-// and door still works (RequireUsable with next).
-func (w *Witness) RequireReleased(t testing.TB, door frontdoor.Door, key int64, next string) {
+// RequireClosing is the closing check of a failure story on door: the
+// failed call's mark committed or not (c.Mark, c.Committed), each of keys
+// is free, no connection of door's pool is left checked out, and door
+// still works (c.Next).
+func (w *Witness) RequireClosing(t testing.TB, door frontdoor.Door, c Closing, keys ...int64) {
 	t.Helper()
-	require.True(t, w.LockFree(t, key), "the lock was released")
-	frontdoor.RequireIdle(t, door)
-	w.RequireUsable(t, door, key, next)
-}
-
-// RequireUsable shows that door still works after a failure: a call that
-// marks label commits, and the witness sees the mark.
-func (w *Witness) RequireUsable(t testing.TB, door frontdoor.Door, key int64, label string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return w.Mark(ctx, tx, label) }))
-	require.True(t, w.Committed(t, label), "control: a committed mark is seen")
-}
-
-// RequireUsableAfterKills shows that door still works after a nemesis that
-// may have signalled a holder whose call then ended normally: such a
-// connection went back to the pool idle and its backend exits afterwards,
-// which no client can know before it uses the connection again. Each such
-// stale connection costs at most one call, which must fail as ErrConnLost
-// (nothing committed); within maxConns+1 calls one must commit.
-func (w *Witness) RequireUsableAfterKills(t testing.TB, door frontdoor.Door, key int64, maxConns int, label string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for attempt := 0; attempt <= maxConns; attempt++ {
-		err := door.RunExclusive(ctx, key, func(tx frontdoor.Tx) error { return w.Mark(ctx, tx, label) })
-		if err == nil {
-			require.True(t, w.Committed(t, label), "control: a committed mark is seen")
-			return
+	const late, tick = 30 * time.Second, 10 * time.Millisecond
+	if c.Mark != "" {
+		if c.Committed && c.Late {
+			require.Eventually(t, func() bool { return w.Committed(t, c.Mark) }, late, tick, "the failed call's work %q committed", c.Mark)
+		} else {
+			require.Equal(t, c.Committed, w.Committed(t, c.Mark), "the failed call's work %q committed", c.Mark)
 		}
+	}
+	for _, key := range keys {
+		if c.Late {
+			require.Eventually(t, func() bool { return w.LockFree(t, key) }, late, tick, "lock %d is released", key)
+		} else {
+			require.True(t, w.LockFree(t, key), "lock %d is released", key)
+		}
+	}
+	if c.Mark != "" && c.Late && !c.Committed {
+		require.False(t, w.Committed(t, c.Mark), "nothing of the failed call %q committed once its lock was free", c.Mark)
+	}
+	frontdoor.RequireIdle(t, door)
+	if c.Next == "" {
+		return
+	}
+	require.NotEmpty(t, keys, "witness: Closing.Next needs a key")
+	ctx, cancel := context.WithTimeout(context.Background(), late)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		err := door.RunExclusive(ctx, keys[0], func(tx frontdoor.Tx) error {
+			if c.NextSetup != "" {
+				if err := tx.Exec(ctx, c.NextSetup); err != nil {
+					return err
+				}
+			}
+			return w.Mark(ctx, tx, c.Next)
+		})
+		if err == nil {
+			break
+		}
+		require.Less(t, attempt, c.StaleConns, "%s: the next call failed: %v", door, err)
 		require.ErrorIs(t, err, pgadvisory.ErrConnLost, "attempt %d: only a stale pooled connection may fail a call", attempt)
 		t.Logf("attempt %d found a stale pooled connection: %v", attempt, err)
 	}
-	t.Fatalf("%s: no call committed in %d attempts", door, maxConns+1)
+	require.True(t, w.Committed(t, c.Next), "control: a committed mark is seen")
 }

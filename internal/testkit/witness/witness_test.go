@@ -9,6 +9,7 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
+	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -34,7 +35,7 @@ func TestWitnessSeesCommitsAndLocks(t *testing.T) {
 	require.True(t, w.LockFree(t, key))
 	require.Empty(t, w.Holds(t, key))
 
-	require.NoError(t, door.RunSession(ctx, key, func(context.Context) error {
+	require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
 		h := w.Holder(t, key)
 		require.True(t, w.BackendAlive(t, int64(h.PID)))
 		require.Equal(t, "idle", h.State)
