@@ -49,9 +49,9 @@ path -db names (direct, PgBouncer in either mode, or any other):
 	                                       another session's, and its unlock land on one backend
 	conformance.returned_connection_clean  a client connection that closes holding a session lock leaves
 	                                       no lock behind
-	conformance.timeout_leaves_nothing     a wait ended by lock_timeout, statement_timeout or a cancel as the
-	                                       holder releases gets the lock, or leaves it held nowhere once its
-	                                       connection is closed
+	conformance.timeout_leaves_nothing     lockgen's own waits (RunExclusive, RunSession) ended by lock_timeout,
+	                                       statement_timeout or a cancel as the holder releases run fn holding
+	                                       the lock, or return an error and leave it held nowhere
 	conformance.waiter_session_dies        a waiter whose backend is terminated returns with an error within 2s
 
 A failed check says what it means for each entry point and the fix. Behind
@@ -64,7 +64,7 @@ safe there.
 	exclusive  transaction locks: RunExclusive, RunOnce, fencing
 	session    session locks: RunSession
 	lead       leader election: Lead, Campaign
-	lease      leader election with leases: Lead with WithLease
+	lease      leader election and session-like locks with leases: Lead, Campaign, RunSession with WithLease
 	migrate    pgadvisory.Migrate at start-up, with this URL and role
 
 Without -uses every one is checked for. Behind a transaction pooler (PgBouncer's

@@ -91,7 +91,7 @@ func TestDoctorCommandUses(t *testing.T) {
 			continue
 		}
 		require.Equal(t, exitOK, code, out)
-		require.Regexp(t, `(?m)^pass  pooler: .*these work: transaction locks \(RunExclusive, RunOnce, fencing\) \[used\], leases \(Lead with WithLease\); these do not: session locks \(RunSession\), leader election \(Lead, Campaign\), pgadvisory.Migrate`, out)
+		require.Regexp(t, `(?m)^pass  pooler: .*these work: transaction locks \(RunExclusive, RunOnce, fencing\) \[used\], leases \(Lead, Campaign, RunSession with WithLease\); these do not: session locks \(RunSession\), leader election \(Lead, Campaign\), pgadvisory.Migrate`, out)
 		require.Regexp(t, `(?m)^pass  exclusion: transaction locks \(RunExclusive\) exclude too`, out)
 	}
 	code, _, errOut = lockgen("doctor", "-db", bouncer, "-uses", "exclusive,leases")

@@ -236,7 +236,9 @@ var stateMeaning = map[string]string{
 	"pgadvisory.leader":               "leaders' terms, which pgadvisory.CurrentLeader reads",
 	"pgadvisory.fenced_table":         "the fenced tables, which the fence triggers check; lockgen fence's migrations list them again",
 	"pgadvisory.lease":                "leases: their holders would lose them (a new holder's term still supersedes theirs)",
+	"pgadvisory.leader_resigned":      "resigned leaders' terms, without which CurrentLeader could name a resigned leader again",
 	"pgadvisory.slot_limit":           "limited locks' registered limits: the next caller of each registers its n again",
+	"pgadvisory.waiter":               "the queues of waiting calls: calls waiting now lose their place in arrival order",
 }
 
 // refuseDroppingState checks, before down, whether the migrations it would

@@ -54,12 +54,17 @@ func TestMigrateDownNeedsForceToDropState(t *testing.T) {
 	require.NotContains(t, out, "rolled back")
 	requireVersion(t, url, latest)
 
-	// One step down drops the limits of limited locks (00010), down to 8
-	// the leases (00009), down to 7 the list of fenced tables (00008), and
-	// down to 6 leaders' terms (00007): -force too.
+	// One step down drops the queues of waiting calls (00011), down to 9
+	// the limits of limited locks (00010), down to 8 the leases (00009),
+	// down to 7 the list of fenced tables (00008), and down to 6 leaders'
+	// terms (00007): -force too.
 	code, _, errOut = lockgen("migrate", "down", "-db", url)
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, "rolling back the last migration drops state that protects data:\n\ttable pgadvisory.slot_limit (0 rows")
+	require.Contains(t, errOut, "rolling back the last migration drops state that protects data:\n\ttable pgadvisory.waiter (0 rows")
+	requireVersion(t, url, latest)
+	code, _, errOut = lockgen("migrate", "down", "-to", "9", "-db", url)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "table pgadvisory.slot_limit (0 rows")
 	requireVersion(t, url, latest)
 	code, _, errOut = lockgen("migrate", "down", "-to", "8", "-db", url)
 	require.Equal(t, exitUsage, code)

@@ -23,9 +23,15 @@ query directly.
 -json prints an array of objects with the fields lock_id (a decimal
 string), int4_keys, name, params, mode, state, granted, pid, application_name,
 client_addr, xact_start, xact_age_seconds, backend_state, wait_event,
-blocked_by, leader ({"holder", "term", "since"} on the row of a backend
-that leads its lock with pgadvisory.Lead, else null) and limit; unknown
-values are null. A leadership also shows in the table's last column, LEADER.
+blocked_by, leader ({"holder", "term", "since", "expires"} on the row of a
+backend that leads its lock with pgadvisory.Lead, or on a lease's line,
+else null; expires is a lease's) and limit; unknown values are null. A
+leadership also shows in the table's last column, LEADER.
+
+A lease (pgadvisory WithLease: Lead, Campaign, RunSession) holds no
+advisory lock and no connection: it shows as one line with mode lease, no
+pid, and LEADER "holder, term N, since TIME, expires TIME". Leases are read
+from pgadvisory.lease, which only the schema's owner may read.
 
 A limited lock (pgadvisory RunLimited, RunSessionLimited) shows as one line
 with mode limited and state "K/N held, W waiting": K of its N slots held,

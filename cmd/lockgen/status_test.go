@@ -316,8 +316,12 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 	}()
 	term := frontdoor.Await(t, elected, "the election")
 	waiterCtx, stopWaiter := context.WithCancel(ctx)
+	// A candidate with a connection of its own waits in the server's queue
+	// (one on shared connections waits in lockgen's, not in pg_locks).
+	own, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithSessionConns(0))
+	require.NoError(t, err)
 	go func() {
-		waiterDone <- pgadvisory.Lead(waiterCtx, db, key, func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
+		waiterDone <- own.Lead(waiterCtx, pgadvisory.ID(key), func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
 	}()
 	require.Eventually(t, func() bool {
 		_, out, _ := lockgen("status", "-db", u)

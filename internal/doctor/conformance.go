@@ -132,16 +132,115 @@ func holds(ctx context.Context, q interface {
 	return n, err
 }
 
+// sessions is what a conformance check works with: two connections of the
+// path, a lock key of its own, and the session locks it took, which close
+// releases.
+type sessions struct {
+	a, b *sql.Conn
+	key  int64
+	held []*sql.Conn // one entry per session lock granted, on the connection that got it
+	db   *sql.DB     // the path
+	ctx  context.Context
+}
+
+// needs says whether a check takes session locks.
+type needs bool
+
+const (
+	xactLocksOnly needs = false // transaction locks: tried on every path
+	sessionLocks  needs = true  // not taken behind a proven transaction pooler, where they would leak
+)
+
+// twoSessions is every conformance check's prologue: behind a proven
+// transaction pooler a check that takes session locks ends at once
+// (sessionPathRefused); otherwise two connections of the path and a fresh
+// key named after kind. done is true when the check ends here, with c as
+// its outcome. The caller defers s.close().
+func (e *env) twoSessions(ctx context.Context, kind string, n needs) (s *sessions, c Check, done bool) {
+	if n == sessionLocks {
+		if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+			return nil, c, true
+		}
+	}
+	a, b, err := twoConns(ctx, e.DB)
+	if err != nil {
+		return nil, unanswered("two connections", err), true
+	}
+	return &sessions{a: a, b: b, key: conformanceKey(kind), db: e.DB, ctx: ctx}, Check{}, false
+}
+
+// close releases the session locks s took (see release) and closes both
+// connections.
+func (s *sessions) close() {
+	release(context.WithoutCancel(s.ctx), s.key, s.held, s.a, s.b)
+	_ = s.a.Close()
+	_ = s.b.Close()
+}
+
+// tryLock tries the session lock on c and records it if granted.
+func (s *sessions) tryLock(ctx context.Context, c *sql.Conn) (got bool, pid int32, err error) {
+	got, pid, err = tryLock(ctx, c, s.key)
+	if got {
+		s.held = append(s.held, c)
+	}
+	return got, pid, err
+}
+
+// lockFirst takes the session lock on the first connection, which must
+// get it: the key is fresh.
+func (s *sessions) lockFirst(ctx context.Context) (pid int32, err error) {
+	got, pid, err := s.tryLock(ctx, s.a)
+	if err == nil && !got {
+		err = orNotGranted(nil, s.key)
+	}
+	return pid, err
+}
+
+// unlock unlocks the session lock on c; unlocked is false when c's
+// session held nothing to release.
+func (s *sessions) unlock(ctx context.Context, c *sql.Conn) (unlocked bool, err error) {
+	err = c.QueryRowContext(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, s.key).Scan(&unlocked)
+	if unlocked {
+		if i := slices.Index(s.held, c); i >= 0 {
+			s.held = slices.Delete(s.held, i, i+1)
+		}
+	}
+	return unlocked, err
+}
+
+// xactLockFirst begins a transaction on the first connection and takes
+// the transaction lock in it, as RunExclusive does; the caller rolls tx
+// back (a no-op once committed).
+func (s *sessions) xactLockFirst(ctx context.Context) (tx *sql.Tx, pid int32, err error) {
+	tx, err = s.a.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	var got bool
+	if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.pg_backend_pid()`, s.key).Scan(&got, &pid); err != nil || !got {
+		_ = tx.Rollback()
+		return nil, 0, orNotGranted(err, s.key)
+	}
+	return tx, pid, nil
+}
+
+// oneServerConn is the outcome of a check whose second session got no
+// answer while the first held a transaction open.
+func oneServerConn(err error) Check {
+	return Check{Status: Warn,
+		Detail: fmt.Sprintf("not tested: the second session got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err),
+		Fix:    "give the pool at least two server connections"}
+}
+
 // checkXactExcludesXact: a transaction lock held by one transaction is
 // refused to a second, as RunExclusive takes it.
 func checkXactExcludesXact(ctx context.Context, e *env) Check {
-	a, b, err := twoConns(ctx, e.DB)
-	if err != nil {
-		return unanswered("two connections", err)
+	s, c, done := e.twoSessions(ctx, "xact", xactLocksOnly)
+	if done {
+		return c
 	}
-	defer a.Close()
-	defer b.Close()
-	x := xactExclusion(ctx, a, b)
+	defer s.close()
+	x := xactExclusion(ctx, s.a, s.b)
 	switch x.outcome {
 	case xactExcludes:
 		return Check{Status: Pass, Detail: x.text}
@@ -155,55 +254,44 @@ func checkXactExcludesXact(ctx context.Context, e *env) Check {
 // checkSessionExcludesSession: a session lock held by one session is
 // refused to a second, and is theirs to take once released.
 func checkSessionExcludesSession(ctx context.Context, e *env) Check {
-	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+	s, c, done := e.twoSessions(ctx, "session", sessionLocks)
+	if done {
 		return c
 	}
-	a, b, err := twoConns(ctx, e.DB)
+	defer s.close()
+	pidA, err := s.lockFirst(ctx)
 	if err != nil {
-		return unanswered("two connections", err)
+		return unanswered("pg_try_advisory_lock on the first session", err)
 	}
-	defer a.Close()
-	defer b.Close()
-	key := conformanceKey("session")
-	var held []*sql.Conn
-	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
-	gotA, pidA, err := tryLock(ctx, a, key)
-	if err != nil || !gotA {
-		return unanswered("pg_try_advisory_lock on the first session", orNotGranted(err, key))
-	}
-	held = append(held, a)
-	gotB, pidB, err := tryLock(ctx, b, key)
+	gotB, pidB, err := s.tryLock(ctx, s.b)
 	if err != nil {
 		return unanswered("pg_try_advisory_lock on the second session", err)
 	}
 	if gotB {
-		held = append(held, b)
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("a second session (backend %d) got the session lock %d that the first (backend %d) held; %s", pidB, key, pidA, meaning(sessionUses...)),
+			Detail: fmt.Sprintf("a second session (backend %d) got the session lock %d that the first (backend %d) held; %s", pidB, s.key, pidA, meaning(sessionUses...)),
 			Fix:    sessionFix}
 	}
-	var unlocked bool
-	if err := a.QueryRowContext(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key).Scan(&unlocked); err != nil {
+	unlocked, err := s.unlock(ctx, s.a)
+	if err != nil {
 		return unanswered("pg_advisory_unlock on the first session", err)
 	}
 	if !unlocked {
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("the first session's unlock of %d found no lock to release: it ran on another server session than the lock; %s", key, meaning(sessionUses...)),
+			Detail: fmt.Sprintf("the first session's unlock of %d found no lock to release: it ran on another server session than the lock; %s", s.key, meaning(sessionUses...)),
 			Fix:    sessionFix}
 	}
-	held = held[:0]
-	gotB, _, err = tryLock(ctx, b, key)
+	gotB, _, err = s.tryLock(ctx, s.b)
 	if err != nil {
 		return unanswered("pg_try_advisory_lock on the second session after the unlock", err)
 	}
 	if !gotB {
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("once the first session unlocked %d, the second still could not take it: the lock stayed held somewhere; %s", key, meaning(sessionUses...)),
+			Detail: fmt.Sprintf("once the first session unlocked %d, the second still could not take it: the lock stayed held somewhere; %s", s.key, meaning(sessionUses...)),
 			Fix:    sessionFix}
 	}
-	held = append(held, b)
 	return Check{Status: Pass,
-		Detail: fmt.Sprintf("a second session (backend %d) could not take the session lock %d that the first (backend %d) held, and took it once the first unlocked it", pidB, key, pidA)}
+		Detail: fmt.Sprintf("a second session (backend %d) could not take the session lock %d that the first (backend %d) held, and took it once the first unlocked it", pidB, s.key, pidA)}
 }
 
 func orNotGranted(err error, key int64) error {
@@ -217,78 +305,55 @@ func orNotGranted(err error, key int64) error {
 // to another's transaction lock (RunSession against RunExclusive on one
 // lock).
 func checkSessionExcludesXact(ctx context.Context, e *env) Check {
-	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+	s, c, done := e.twoSessions(ctx, "session-xact", sessionLocks)
+	if done {
 		return c
 	}
-	a, b, err := twoConns(ctx, e.DB)
+	defer s.close()
+	pidA, err := s.lockFirst(ctx)
 	if err != nil {
-		return unanswered("two connections", err)
+		return unanswered("pg_try_advisory_lock on the first session", err)
 	}
-	defer a.Close()
-	defer b.Close()
-	key := conformanceKey("session-xact")
-	var held []*sql.Conn
-	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
-	gotA, pidA, err := tryLock(ctx, a, key)
-	if err != nil || !gotA {
-		return unanswered("pg_try_advisory_lock on the first session", orNotGranted(err, key))
-	}
-	held = append(held, a)
 	var gotB bool
 	var pidB int32
-	if err := b.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.pg_backend_pid()`, key).Scan(&gotB, &pidB); err != nil {
+	if err := s.b.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.pg_backend_pid()`, s.key).Scan(&gotB, &pidB); err != nil {
 		return unanswered("pg_try_advisory_xact_lock on the second session", err)
 	}
 	if gotB {
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("a transaction on a second session (backend %d) got the transaction lock %d while the first session (backend %d) held it at session level; %s", pidB, key, pidA, meaning(append([]Use{UseExclusive}, sessionUses...)...)),
+			Detail: fmt.Sprintf("a transaction on a second session (backend %d) got the transaction lock %d while the first session (backend %d) held it at session level; %s", pidB, s.key, pidA, meaning(append([]Use{UseExclusive}, sessionUses...)...)),
 			Fix:    sessionFix}
 	}
 	return Check{Status: Pass,
-		Detail: fmt.Sprintf("a transaction on a second session (backend %d) could not take the transaction lock %d that the first session (backend %d) held at session level", pidB, key, pidA)}
+		Detail: fmt.Sprintf("a transaction on a second session (backend %d) could not take the transaction lock %d that the first session (backend %d) held at session level", pidB, s.key, pidA)}
 }
 
 // checkXactExcludesSession: a transaction lock is refused to another
 // session's session lock (RunExclusive against RunSession on one lock).
 func checkXactExcludesSession(ctx context.Context, e *env) Check {
-	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+	s, c, done := e.twoSessions(ctx, "xact-session", sessionLocks)
+	if done {
 		return c
 	}
-	a, b, err := twoConns(ctx, e.DB)
+	defer s.close()
+	tx, pidA, err := s.xactLockFirst(ctx)
 	if err != nil {
-		return unanswered("two connections", err)
-	}
-	defer a.Close()
-	defer b.Close()
-	key := conformanceKey("xact-session")
-	var held []*sql.Conn
-	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
-	tx, err := a.BeginTx(ctx, nil)
-	if err != nil {
-		return unanswered("BEGIN on the first session", err)
+		return unanswered("pg_try_advisory_xact_lock on the first session", err)
 	}
 	defer tx.Rollback()
-	var gotA bool
-	var pidA int32
-	if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.pg_backend_pid()`, key).Scan(&gotA, &pidA); err != nil || !gotA {
-		return unanswered("pg_try_advisory_xact_lock on the first session", orNotGranted(err, key))
-	}
 	bctx, cancel := context.WithTimeout(ctx, secondWait)
 	defer cancel()
-	gotB, pidB, err := tryLock(bctx, b, key)
+	gotB, pidB, err := s.tryLock(bctx, s.b)
 	if err != nil {
-		return Check{Status: Warn,
-			Detail: fmt.Sprintf("not tested: the second session got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err),
-			Fix:    "give the pool at least two server connections"}
+		return oneServerConn(err)
 	}
 	if gotB {
-		held = append(held, b)
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("a second session (backend %d) got the session lock %d while a transaction of the first (backend %d) held it; %s", pidB, key, pidA, meaning(append([]Use{UseExclusive}, sessionUses...)...)),
+			Detail: fmt.Sprintf("a second session (backend %d) got the session lock %d while a transaction of the first (backend %d) held it; %s", pidB, s.key, pidA, meaning(append([]Use{UseExclusive}, sessionUses...)...)),
 			Fix:    sessionFix}
 	}
 	return Check{Status: Pass,
-		Detail: fmt.Sprintf("a second session (backend %d) could not take the session lock %d while a transaction of the first (backend %d) held it", pidB, key, pidA)}
+		Detail: fmt.Sprintf("a second session (backend %d) could not take the session lock %d while a transaction of the first (backend %d) held it", pidB, s.key, pidA)}
 }
 
 // heldStatements is how many statements the held-through and same-backend
@@ -300,22 +365,16 @@ const heldStatements = 5
 // between each of its later statements until COMMIT, and free after: the
 // lock around fn in RunExclusive.
 func checkHeldThroughTransaction(ctx context.Context, e *env) Check {
-	a, b, err := twoConns(ctx, e.DB)
-	if err != nil {
-		return unanswered("two connections", err)
+	s, c, done := e.twoSessions(ctx, "held-through", xactLocksOnly)
+	if done {
+		return c
 	}
-	defer a.Close()
-	defer b.Close()
-	key := conformanceKey("held-through")
-	tx, err := a.BeginTx(ctx, nil)
+	defer s.close()
+	tx, _, err := s.xactLockFirst(ctx)
 	if err != nil {
-		return unanswered("BEGIN", err)
+		return unanswered("pg_try_advisory_xact_lock", err)
 	}
 	defer tx.Rollback()
-	var got bool
-	if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1)`, key).Scan(&got); err != nil || !got {
-		return unanswered("pg_try_advisory_xact_lock", orNotGranted(err, key))
-	}
 	bctx, cancel := context.WithTimeout(ctx, secondWait)
 	defer cancel()
 	for i := range heldStatements {
@@ -323,31 +382,30 @@ func checkHeldThroughTransaction(ctx context.Context, e *env) Check {
 		if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.pg_backend_pid()`).Scan(&pid); err != nil {
 			return unanswered(fmt.Sprintf("statement %d of the transaction", i+2), err)
 		}
-		n, err := holds(bctx, b, key, false)
+		n, err := holds(bctx, s.b, s.key, false)
 		if err != nil {
-			return Check{Status: Warn,
-				Detail: fmt.Sprintf("not tested: the second session got no answer within %v while the first held its transaction open (%v): a pooler with one server connection?", secondWait, err),
-				Fix:    "give the pool at least two server connections"}
+			return oneServerConn(err)
 		}
 		if n != 1 {
 			return Check{Status: Fail,
-				Detail: fmt.Sprintf("after statement %d of the transaction that took the transaction lock %d (backend %d), a second session saw it held %d times, not once: the lock does not last the transaction; %s", i+2, key, pid, n, meaning(UseExclusive)),
+				Detail: fmt.Sprintf("after statement %d of the transaction that took the transaction lock %d (backend %d), a second session saw it held %d times, not once: the lock does not last the transaction; %s", i+2, s.key, pid, n, meaning(UseExclusive)),
 				Fix:    xactFix}
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return unanswered("COMMIT", err)
 	}
-	if n, err := holds(ctx, b, key, false); err != nil || n != 0 {
-		if err != nil {
-			return unanswered("pg_locks after COMMIT", err)
-		}
+	n, err := holds(ctx, s.b, s.key, false)
+	if err != nil {
+		return unanswered("pg_locks after COMMIT", err)
+	}
+	if n != 0 {
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("after COMMIT the transaction lock %d is still held %d times: it outlives its transaction; %s", key, n, meaning(UseExclusive)),
+			Detail: fmt.Sprintf("after COMMIT the transaction lock %d is still held %d times: it outlives its transaction; %s", s.key, n, meaning(UseExclusive)),
 			Fix:    xactFix}
 	}
-	detail := fmt.Sprintf("a second session saw the transaction lock %d held after each of %d statements of the transaction that took it, and free after its COMMIT", key, heldStatements)
-	pipelined, failed := pipelinedHeld(ctx, a, b, "")
+	detail := fmt.Sprintf("a second session saw the transaction lock %d held after each of %d statements of the transaction that took it, and free after its COMMIT", s.key, heldStatements)
+	pipelined, failed := pipelinedHeld(ctx, s.a, s.b, "")
 	if failed {
 		return Check{Status: Fail, Detail: detail + "; but " + pipelined + "; " + meaning(UseExclusive), Fix: xactFix}
 	}
@@ -465,67 +523,60 @@ func pipelinedHeld(ctx context.Context, a, b *sql.Conn, between string) (string,
 // land on the backend that took it, over statements sent back to back
 // and interleaved with another session's.
 func checkSameBackend(ctx context.Context, e *env) Check {
-	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+	s, c, done := e.twoSessions(ctx, "same-backend", sessionLocks)
+	if done {
 		return c
 	}
-	a, b, err := twoConns(ctx, e.DB)
+	defer s.close()
+	pidA, err := s.lockFirst(ctx)
 	if err != nil {
-		return unanswered("two connections", err)
+		return unanswered("pg_try_advisory_lock", err)
 	}
-	defer a.Close()
-	defer b.Close()
-	key := conformanceKey("same-backend")
-	held := []*sql.Conn{}
-	defer func() { release(context.WithoutCancel(ctx), key, held, a, b) }()
-	gotA, pidA, err := tryLock(ctx, a, key)
-	if err != nil || !gotA {
-		return unanswered("pg_try_advisory_lock", orNotGranted(err, key))
-	}
-	held = append(held, a)
+	// look asks c's session how often it holds the lock: want is 1 on the
+	// session that took it, 0 on the other.
 	look := func(step string, c *sql.Conn, want int) (Check, bool) {
 		var pid int32
 		var n int
-		err := c.QueryRowContext(ctx, `SELECT pg_catalog.pg_backend_pid(), (`+holdsSQL+`)`, key, true).Scan(&pid, &n)
+		err := c.QueryRowContext(ctx, `SELECT pg_catalog.pg_backend_pid(), (`+holdsSQL+`)`, s.key, true).Scan(&pid, &n)
 		if err != nil {
 			return unanswered(step, err), true
 		}
 		if n != want {
 			who := "the session that took it"
-			if c == b {
+			if c == s.b {
 				who = "another session"
 			}
 			return Check{Status: Fail,
 				Detail: fmt.Sprintf("%s: %s, answered by backend %d, holds the session lock %d %d times, want %d (it was taken on backend %d): one client's statements run on more than one server session; %s",
-					step, who, pid, key, n, want, pidA, meaning(sessionUses...)),
+					step, who, pid, s.key, n, want, pidA, meaning(sessionUses...)),
 				Fix: sessionFix}, true
 		}
 		return Check{}, false
 	}
 	for i := range heldStatements {
-		if c, failed := look(fmt.Sprintf("back to back, statement %d", i+1), a, 1); failed {
+		if c, failed := look(fmt.Sprintf("back to back, statement %d", i+1), s.a, 1); failed {
 			return c
 		}
 	}
 	for i := range heldStatements {
-		if c, failed := look(fmt.Sprintf("interleaved, statement %d of the other session", i+1), b, 0); failed {
+		if c, failed := look(fmt.Sprintf("interleaved, statement %d of the other session", i+1), s.b, 0); failed {
 			return c
 		}
-		if c, failed := look(fmt.Sprintf("interleaved, statement %d", i+1), a, 1); failed {
+		if c, failed := look(fmt.Sprintf("interleaved, statement %d", i+1), s.a, 1); failed {
 			return c
 		}
 	}
-	var unlocked bool
-	if err := a.QueryRowContext(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key).Scan(&unlocked); err != nil {
+	unlocked, err := s.unlock(ctx, s.a)
+	if err != nil {
 		return unanswered("pg_advisory_unlock", err)
 	}
 	if !unlocked {
 		return Check{Status: Fail,
-			Detail: fmt.Sprintf("the unlock of the session lock %d found nothing to release: it ran on another server session than the lock, which stays held; %s", key, meaning(sessionUses...)),
+			Detail: fmt.Sprintf("the unlock of the session lock %d found nothing to release: it ran on another server session than the lock, which stays held; %s", s.key, meaning(sessionUses...)),
 			Fix:    sessionFix}
 	}
-	held = held[:0]
 	return Check{Status: Pass,
-		Detail: fmt.Sprintf("the session lock %d taken on backend %d was held there over %d statements back to back and %d interleaved with another session's, which never held it, and its unlock released it", key, pidA, heldStatements, heldStatements)}
+		Detail: fmt.Sprintf("the session lock %d taken on backend %d was held there over %d statements back to back and %d interleaved with another session's, which never held it, and its unlock released it", s.key, pidA, heldStatements, heldStatements)}
 }
 
 // returnedWait bounds how long the returned-connection check waits for a
@@ -537,47 +588,34 @@ const returnedWait = 2 * time.Second
 // it cannot vouch for) leaves no lock behind: the server, or the pooler's
 // reset of the server connection, releases it.
 func checkReturnedConnClean(ctx context.Context, e *env) Check {
-	if c, refused := sessionPathRefused(e, e.poolerProbe(ctx)); refused {
+	s, c, done := e.twoSessions(ctx, "returned", sessionLocks)
+	if done {
 		return c
 	}
-	a, b, err := twoConns(ctx, e.DB)
+	defer s.close()
+	pidA, err := s.lockFirst(ctx)
 	if err != nil {
-		return unanswered("two connections", err)
-	}
-	defer b.Close()
-	key := conformanceKey("returned")
-	gotA, pidA, err := tryLock(ctx, a, key)
-	if err != nil || !gotA {
-		a.Close()
-		return unanswered("pg_try_advisory_lock", orNotGranted(err, key))
+		return unanswered("pg_try_advisory_lock", err)
 	}
 	// Close the client connection itself, not only give it back to
-	// database/sql's pool.
-	_ = a.Raw(func(any) error { return driver.ErrBadConn })
-	_ = a.Close()
+	// database/sql's pool: the lock is now nobody's to unlock.
+	_ = s.a.Raw(func(any) error { return driver.ErrBadConn })
+	_ = s.a.Close()
+	s.held = nil
 	deadline := time.Now().Add(returnedWait)
 	for {
-		n, err := holds(ctx, b, key, false)
+		n, err := holds(ctx, s.b, s.key, false)
 		if err != nil {
 			return unanswered("pg_locks after the connection closed", err)
 		}
 		if n == 0 {
 			return Check{Status: Pass,
-				Detail: fmt.Sprintf("the session lock %d of a client connection (backend %d) that closed without unlocking was released", key, pidA)}
+				Detail: fmt.Sprintf("the session lock %d of a client connection (backend %d) that closed without unlocking was released", s.key, pidA)}
 		}
 		if time.Now().After(deadline) {
-			// Leave nothing behind: unlock through the path until an
-			// unlock lands on the server session that kept the lock
-			// (terminating it would leave the pooler a dead server
-			// connection to hand out).
-			for i := 0; i < 20; i++ {
-				if n, err := holds(ctx, b, key, false); err != nil || n == 0 {
-					break
-				}
-				_, _ = e.DB.ExecContext(context.WithoutCancel(ctx), `SELECT pg_catalog.pg_advisory_unlock($1)`, key)
-			}
+			unlockAnywhere(ctx, s.db, s.b, s.key)
 			return Check{Status: Fail,
-				Detail: fmt.Sprintf("%v after a client connection (backend %d) closed without unlocking, its session lock %d is still held: the path keeps the server session, lock included, for other clients; %s", returnedWait, pidA, key, meaning(sessionUses...)),
+				Detail: fmt.Sprintf("%v after a client connection (backend %d) closed without unlocking, its session lock %d is still held: the path keeps the server session, lock included, for other clients; %s", returnedWait, pidA, s.key, meaning(sessionUses...)),
 				Fix:    "reset server connections when a client leaves (PgBouncer: server_reset_query = DISCARD ALL, the default, in pool_mode=session); " + sessionFix}
 		}
 		select {
@@ -585,5 +623,20 @@ func checkReturnedConnClean(ctx context.Context, e *env) Check {
 			return unanswered("pg_locks after the connection closed", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// unlockAnywhere leaves nothing behind of a session lock that a closed
+// client connection's server session kept: it unlocks key through the
+// path until an unlock lands on that server session (terminating it would
+// leave the pooler a dead server connection to hand out), looking at
+// pg_locks through look.
+func unlockAnywhere(ctx context.Context, db *sql.DB, look *sql.Conn, key int64) {
+	ctx = context.WithoutCancel(ctx)
+	for range 20 {
+		if n, err := holds(ctx, look, key, false); err != nil || n == 0 {
+			return
+		}
+		_, _ = db.ExecContext(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
@@ -44,5 +45,41 @@ func TestPipelinedHeldSeesAnEndedTransaction(t *testing.T) {
 			t.Errorf("%v, a COMMIT after the lock: failed %v: %s", mode, failed, got)
 		}
 		t.Logf("%v: %s", mode, got)
+	}
+}
+
+// TestSessionChecksThroughATransactionPoolerTheProbeMissed: the bodies of
+// the session-lock checks, run through PgBouncer in transaction mode
+// (server_round_robin, two server connections) with the pooler probe's
+// verdict withheld, as when a transaction pooler whose other clients are
+// idle looks like session pooling to the probe: one client's statements
+// land on two backends, and same_backend fails; through PgBouncer in
+// session mode (the control) it passes.
+func TestSameBackendThroughATransactionPoolerTheProbeMissed(t *testing.T) {
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), mode, pgcluster.WithSetting("server_round_robin", "1"))
+			pgcluster.WarmPgBouncer(t, bouncer, 2)
+			cfg, err := pgx.ParseConfig(bouncer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+			db := stdlib.OpenDB(*cfg)
+			defer db.Close()
+			db.SetMaxOpenConns(4)
+			// A probe that proved nothing: one statement, no setting seen
+			// elsewhere.
+			e := &env{Config: Config{DB: db}, probe: &probe{pidsA: []int32{1}, pidB: 2}}
+			got := runOne(testdb.Context(t), SameBackend, e)
+			t.Logf("%s %s: %s | fix: %s", got.Status, SameBackend, got.Detail, got.Fix)
+			want, fragment := Fail, "one client's statements run on more than one server session; unsafe on this path: session locks (RunSession)"
+			if mode == "session" {
+				want, fragment = Pass, "was held there over 5 statements back to back and 5 interleaved"
+			}
+			if got.Status != want || !strings.Contains(got.Detail, fragment) || (want == Fail && !strings.Contains(got.Fix, "pool_mode=session")) {
+				t.Errorf("through PgBouncer in %s mode: %s, want %s with %q", mode, got.Status, want, fragment)
+			}
+		})
 	}
 }

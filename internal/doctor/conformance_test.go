@@ -12,8 +12,12 @@ import (
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
 
+// tierBudget is how long the whole conformance tier may take on a healthy
+// path (one to four seconds on a loaded 2-vCPU test machine).
+const tierBudget = 10 * time.Second
+
 // conformance runs every conformance check through url and returns the
-// outcomes by name.
+// outcomes by name, failing t if they took tierBudget or more.
 func conformance(t *testing.T, url string, cfg ...doctor.Config) map[string]doctor.Check {
 	t.Helper()
 	c := doctor.Config{}
@@ -25,7 +29,9 @@ func conformance(t *testing.T, url string, cfg ...doctor.Config) map[string]doct
 	start := time.Now()
 	r, err := doctor.RunConformance(testdb.Context(t), c)
 	require.NoError(t, err)
-	t.Logf("doctor -conformance: %v", time.Since(start))
+	took := time.Since(start)
+	t.Logf("doctor -conformance: %v", took)
+	require.Less(t, took, tierBudget, "the whole tier on a path that answers")
 	require.Len(t, r.Checks, len(doctor.ConformanceNames))
 	got := map[string]doctor.Check{}
 	for i, ch := range r.Checks {
@@ -86,7 +92,7 @@ func TestConformanceThroughTransactionPooling(t *testing.T) {
 	for _, name := range []string{doctor.SessionExcludesSession, doctor.SessionExcludesXact, doctor.XactExcludesSession,
 		doctor.SameBackend, doctor.ReturnedConnClean} {
 		requireStatus(t, got[name], doctor.Fail, "not tried: the pooler probe proved transaction pooling",
-			"these work: transaction locks (RunExclusive, RunOnce, fencing), leases (Lead with WithLease)")
+			"these work: transaction locks (RunExclusive, RunOnce, fencing), leases (Lead, Campaign, RunSession with WithLease)")
 		require.Contains(t, got[name].Fix, "use only transaction locks (RunExclusive, RunOnce, LockTx, fencing) and leases")
 	}
 	for _, c := range conformance(t, bouncer, doctor.Config{Uses: []doctor.Use{doctor.UseExclusive, doctor.UseLease}}) {
@@ -96,7 +102,10 @@ func TestConformanceThroughTransactionPooling(t *testing.T) {
 }
 
 // TestConformanceFailsOnAStubImplementation: advisory locks that exclude
-// nobody fail every exclusion check and the held-through check.
+// nobody fail every exclusion check (both ways between session and
+// transaction locks) and the held-through check; lockgen's RunExclusive
+// reports there a lock its backend does not hold, which fails the timeout
+// check.
 func TestConformanceFailsOnAStubImplementation(t *testing.T) {
 	stub := stubpg.Start(t)
 	got := map[string]doctor.Check{}
@@ -107,5 +116,9 @@ func TestConformanceFailsOnAStubImplementation(t *testing.T) {
 		"unsafe on this path: transaction locks (RunExclusive, RunOnce, fencing)")
 	requireStatus(t, got[doctor.SessionExcludesSession], doctor.Fail, "got the session lock", "that the first (backend")
 	requireStatus(t, got[doctor.SessionExcludesXact], doctor.Fail, "got the transaction lock")
+	requireStatus(t, got[doctor.XactExcludesSession], doctor.Fail, "got the session lock", "while a transaction of the first")
 	requireStatus(t, got[doctor.HeldThroughTransaction], doctor.Fail, "the lock does not last the transaction")
+	// lockgen's RunExclusive is granted a lock that fn's backend does not hold.
+	requireStatus(t, got[doctor.TimeoutLeavesNothing], doctor.Fail, "RunExclusive (database/sql), its wait for the lock",
+		"returned nil while fn saw the lock held 0 times, not once", "unsafe on this path: transaction locks (RunExclusive, RunOnce, fencing)")
 }

@@ -84,6 +84,10 @@ type Config struct {
 	// through the same pooler, if any). It must allow at least three open
 	// connections: the exclusion and pooler checks use two at once. The pgx
 	// stdlib driver is needed to detect a pooler by its announced pid.
+	// With it, the conformance check timeout_leaves_nothing also opens
+	// pools of one connection of its own with DB's configuration (pgx's,
+	// and database/sql's under statement_timeout), after closing DB's idle
+	// connections, and closes them before it returns.
 	DB *sql.DB
 	// Declared are the locks the service declares (locks.yaml), for the
 	// registry and lock_table checks; nil when no declarations were given.

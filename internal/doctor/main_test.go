@@ -26,6 +26,12 @@ func open(t testing.TB, url string) *sql.DB {
 	if !strings.Contains(url, "default_query_exec_mode") {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	}
+	return openConfig(t, cfg)
+}
+
+// openConfig is open with a parsed configuration.
+func openConfig(t testing.TB, cfg *pgx.ConnConfig) *sql.DB {
+	t.Helper()
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
@@ -43,6 +49,12 @@ func run(t testing.TB, url, name string, cfg ...doctor.Config) doctor.Check {
 	// Closed at once: through a session pooler, idle client connections
 	// keep their server connections.
 	defer c.DB.Close()
+	return runOn(t, name, c)
+}
+
+// runOn runs the check called name with cfg (cfg.DB set).
+func runOn(t testing.TB, name string, c doctor.Config) doctor.Check {
+	t.Helper()
 	got, err := doctor.RunCheck(context.Background(), c, name)
 	require.NoError(t, err)
 	require.Equal(t, name, got.Name)

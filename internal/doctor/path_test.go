@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,6 +33,7 @@ func TestPoolerDirectConnectionPasses(t *testing.T) {
 // doctor connects.
 func roundRobin(t *testing.T, mode string) string {
 	t.Helper()
+	requireNoLocksYet(t)
 	url := pgcluster.StartPgBouncer(t, testdb.URL(t), mode,
 		pgcluster.WithSetting("server_round_robin", "1"), pgcluster.WithSetting("default_pool_size", "2"))
 	pgcluster.WarmPgBouncer(t, url, 2)
@@ -174,6 +176,30 @@ func advisoryLocks(t *testing.T) int {
 	require.NoError(t, testdb.DB(t).QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
 	return n
+}
+
+// requireNoLocksYet waits until the package database holds no advisory
+// lock before a test that counts them: an earlier test's backends, whose
+// pooler stopped at its end, may still be exiting with their session locks.
+// A lock that stays longer is an earlier test's leak, and fails here.
+func requireNoLocksYet(t *testing.T) {
+	t.Helper()
+	db := testdb.DB(t) // one pool for every poll (testdb.DB opens one per call)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
+		return n == 0
+	}, 15*time.Second, 20*time.Millisecond, "an earlier test left an advisory lock held in the package database: %s", lockHolders(t, db))
+}
+
+// lockHolders describes the sessions holding advisory locks in db's database.
+func lockHolders(t *testing.T, db *sql.DB) string {
+	var out string
+	_ = db.QueryRow(`SELECT coalesce(string_agg(format('pid %s (%s, %s, %s): %s', a.pid, a.application_name, a.state, a.client_port, left(a.query, 80)), '; '), '')
+		FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory'
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&out)
+	return out
 }
 
 // requireSessionLockLeaks takes a session lock through url and unlocks it

@@ -21,8 +21,9 @@ const (
 	UseSession Use = "session"
 	// UseLead is leader election (Lead, Campaign), on session-level locks.
 	UseLead Use = "lead"
-	// UseLease is leader election with leases (Lead with WithLease): a
-	// row renewed in short transactions, no session-level lock.
+	// UseLease is leader election and session-like locks with leases
+	// (Lead, Campaign, RunSession with WithLease): a row renewed in short
+	// transactions, no session-level lock.
 	UseLease Use = "lease"
 	// UseMigrate is pgadvisory.Migrate (or a Migrator) run by the service
 	// through this URL, which holds a session-level lock while it migrates.
@@ -46,7 +47,7 @@ var uses = []useInfo{
 	{UseExclusive, "transaction locks (RunExclusive, RunOnce, fencing)", true},
 	{UseSession, "session locks (RunSession)", false},
 	{UseLead, "leader election (Lead, Campaign)", false},
-	{UseLease, "leases (Lead with WithLease)", true},
+	{UseLease, "leases (Lead, Campaign, RunSession with WithLease)", true},
 	{UseMigrate, "pgadvisory.Migrate", false},
 }
 

@@ -22,6 +22,7 @@ func Declared(l *decl.Lock) pgadvisory.Declared {
 		Wait:        l.Wait,
 		WaitTimeout: l.WaitTimeout,
 		Fencing:     l.Fencing,
+		Limit:       l.Limit,
 	}
 	if l.Plain() {
 		d.ID = l.ID
@@ -82,6 +83,9 @@ func appendDeclaredFields(fields []field, d pgadvisory.Declared) []field {
 	}
 	if d.Fencing {
 		fields = append(fields, field{"Fencing", "true"})
+	}
+	if d.Limit != 0 {
+		fields = append(fields, field{"Limit", strconv.Itoa(d.Limit)})
 	}
 	return fields
 }

@@ -23,7 +23,8 @@ const Empty = "no advisory locks held or awaited"
 // holder "idle in transaction" for long is paused or stuck); "-" marks an
 // empty or unknown value. When a lock is a leadership (pgadvisory.Lead),
 // a last column LEADER shows it on the leader's row: "holder, term N,
-// since TIME" (UTC).
+// since TIME" (UTC); a lease (pgadvisory.WithLease) has a line of its own,
+// MODE "lease" and no backend, whose LEADER adds ", expires TIME".
 func WriteTable(w io.Writer, locks []Lock) error {
 	if len(locks) == 0 {
 		_, err := fmt.Fprintln(w, Empty)
@@ -61,7 +62,11 @@ func leaderText(l *Leadership) string {
 	if l == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s, term %d, since %s", l.Holder, l.Term, l.Since.UTC().Format(time.RFC3339))
+	t := fmt.Sprintf("%s, term %d, since %s", l.Holder, l.Term, l.Since.UTC().Format(time.RFC3339))
+	if !l.Expires.IsZero() {
+		t += ", expires " + l.Expires.UTC().Format(time.RFC3339Nano)
+	}
+	return t
 }
 
 // cell makes s safe for one table cell: "-" when empty, and no tabs or
@@ -160,6 +165,9 @@ type JSONLeader struct {
 	Holder string    `json:"holder"`
 	Term   int64     `json:"term"`
 	Since  time.Time `json:"since"` // UTC
+	// Expires is when a lease expires unless renewed (UTC); null for a
+	// session-lock leader.
+	Expires *time.Time `json:"expires"`
 }
 
 // ToJSON converts l to its JSON form.
@@ -205,6 +213,10 @@ func ToJSON(l Lock) JSONLock {
 	}
 	if l.Leader != nil {
 		j.Leader = &JSONLeader{Holder: l.Leader.Holder, Term: l.Leader.Term, Since: l.Leader.Since.UTC()}
+		if !l.Leader.Expires.IsZero() {
+			exp := l.Leader.Expires.UTC()
+			j.Leader.Expires = &exp
+		}
 	}
 	if !l.XactStart.IsZero() {
 		start := l.XactStart.UTC()

@@ -116,3 +116,83 @@ func assertNoErr(t *testing.T, err error) {
 		t.Error(err)
 	}
 }
+
+// TestStatusLimitedCountsServerWaitersOnly: "W waiting" counts the backends
+// that wait in the server's queue for a slot key (a SQL job), not lockgen's
+// waiting calls (RunLimited WithWait), which hold no connection while they
+// wait and are registered only in their own process's Locker, which status,
+// run from another process, cannot see. With the slot of a lock of n = 1
+// held, a SQL job and a lockgen call waiting for it show as "1/1 held,
+// 1 waiting" (the control: the job is counted) while the call waits; the
+// call then gets the slot once the holder and the job are gone, so it was
+// waiting all along.
+func TestStatusLimitedCountsServerWaitersOnly(t *testing.T) {
+	db := migrated.DB(t)
+	ctx := testdb.Context(t)
+	lock := pgadvisory.ID(testdb.Key(t))
+	l, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	holderDone := make(chan error, 1)
+	go func() {
+		holderDone <- l.RunLimited(ctx, lock, 1, func(*sql.Tx) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	job, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer job.Close()
+	jobDone := make(chan error, 1)
+	go func() {
+		_, err := job.ExecContext(ctx, `SELECT pg_advisory_xact_lock(pgadvisory.slot_id($1, 0))`, lock.ID)
+		jobDone <- err
+	}()
+	waiterRan := make(chan struct{})
+	waiterDone := make(chan error, 1)
+	go func() {
+		waiterDone <- l.RunLimited(ctx, lock, 1, func(*sql.Tx) error {
+			close(waiterRan)
+			return nil
+		}, pgadvisory.WithWait(30*time.Second))
+	}()
+
+	limited := func() *status.Limited {
+		snap, err := status.Read(ctx, db, "")
+		require.NoError(t, err)
+		for _, r := range snap.Locks {
+			if r.LockID == lock.ID {
+				return r.Limited
+			}
+		}
+		return nil
+	}
+	require.Eventually(t, func() bool {
+		lim := limited()
+		return lim != nil && lim.Waiting == 1
+	}, 20*time.Second, 100*time.Millisecond, "control: the SQL job is counted")
+	// The call has tried and is waiting by now (its first try is one
+	// statement; status.Read takes longer); it is not counted.
+	require.Equal(t, &status.Limited{N: 1, Held: 1, Waiting: 1}, limited(), "the lockgen call is not counted")
+	select {
+	case <-waiterRan:
+		t.Fatal("the lockgen call ran while the slot was held")
+	default:
+	}
+
+	close(release)
+	require.NoError(t, <-holderDone)
+	// The job, granted the slot key in the server's queue, ends its
+	// statement's transaction at once; then the call gets the slot.
+	require.NoError(t, <-jobDone)
+	select {
+	case <-waiterRan:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lockgen call did not get the slot: it was not waiting")
+	}
+	require.NoError(t, <-waiterDone)
+}

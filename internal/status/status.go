@@ -54,8 +54,10 @@ type Lock struct {
 	BlockedBy  []int  // pg_blocking_pids(pid): the backends this one waits for
 
 	// Leader is set on the row of a backend that leads its lock now (a
-	// pgadvisory.Lead leadership, confirmed by pgadvisory.current_leader);
-	// nil otherwise, and on databases migrated before lockgen's 00007.
+	// pgadvisory.Lead leadership, confirmed by pgadvisory.current_leader),
+	// and on the line of a lease (Mode "lease": pgadvisory.WithLease, no
+	// backend); nil otherwise, and on databases migrated before lockgen's
+	// 00007.
 	Leader *Leadership
 
 	// Limited is set on the one line of a limited lock (Mode "limited"),
@@ -67,7 +69,10 @@ type Lock struct {
 type Leadership struct {
 	Holder string    // the leader's name (pgadvisory.WithHolder)
 	Term   int64     // its term: the lock's published fencing token
-	Since  time.Time // when it was elected (server clock)
+	Since  time.Time // when it was elected, or took its lease (server clock)
+	// Expires is when a lease expires unless renewed (server clock); zero
+	// for a session-lock leader, whose leadership ends with its session.
+	Expires time.Time
 }
 
 // Param is one parameter of a registered instance.
@@ -192,6 +197,10 @@ func Read(ctx context.Context, db *sql.DB, prefix string) (Snapshot, error) {
 	}
 	if err == nil {
 		named, err = foldLimited(ctx, db, named, prefix)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		named, err = addLeases(ctx, db, named, prefix)
 		if err != nil {
 			return Snapshot{}, err
 		}
