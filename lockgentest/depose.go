@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockgen/lockgen/keyspace"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
 
@@ -16,13 +18,15 @@ import (
 const deposeWait = 10 * time.Second
 
 // holdersSQL lists the other backends of the current database that hold
-// the advisory lock $1 (a bigint key), at session or transaction level.
+// an advisory lock of the keys $1 (the text of a bigint array: a lock's
+// ID and the keys of the slots it has if limited), at session or
+// transaction level.
 const holdersSQL = `SELECT l.pid, COALESCE(a.application_name, ''), l.mode
 FROM pg_catalog.pg_locks AS l
 LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) l.pid
 WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.objsubid OPERATOR(pg_catalog.=) 1 AND l.granted
   AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-  AND ((l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint) OPERATOR(pg_catalog.=) $1
+  AND ((l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint) OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text::pg_catalog.int8[])
   AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
 ORDER BY l.pid`
 
@@ -56,6 +60,10 @@ SELECT count(*), COALESCE(string_agg(COALESCE(holder, '') || ' (term ' || term::
 //   - A transaction lock ([pgadvisory.Locker.RunExclusive], RunOnce,
 //     LockTx): the backend is terminated; fn's next statement and the
 //     commit fail (pgadvisory.ErrConnLost), and the transaction rolls back.
+//   - The slots of a limited lock ([pgadvisory.Locker.RunLimited],
+//     RunSessionLimited): the backend of every holder of a slot is
+//     terminated, with the outcome above for its kind (RunLimited's is a
+//     transaction lock, RunSessionLimited's a session lock).
 //
 // Depose returns once the backends it terminated are gone (the lock is
 // then free) and the lease is vacated. It runs on a connection of its
@@ -80,14 +88,23 @@ func Depose(t testing.TB, db *sql.DB, lock pgadvisory.Lock) {
 	t.Logf("lockgentest: Depose %v: %s", lock, strings.Join(deposed, "; "))
 }
 
-// depose terminates the backends holding id and vacates its lease, and
-// describes each holder it deposed.
+// depose terminates the backends holding id or one of its slots (as a
+// limited lock's, whatever its limit) and vacates its lease, and describes
+// each holder it deposed.
 func depose(ctx context.Context, s *session, id int64) ([]string, error) {
 	var deposed []string
 	var pids []int32
 	var pid int32
 	var app, mode string
-	err := s.query(ctx, holdersSQL, []any{id}, func() error {
+	keys := make([]int64, 0, 1+pgadvisory.MaxLimit)
+	keys = append(keys, id)
+	for slot := range int32(pgadvisory.MaxLimit) {
+		keys = append(keys, keyspace.SlotID(id, slot))
+	}
+	err := s.query(ctx, holdersSQL, []any{arrayText(keys)}, func() error {
+		if slices.Contains(pids, pid) { // it holds more than one of the keys
+			return nil
+		}
 		pids = append(pids, pid)
 		deposed = append(deposed, fmt.Sprintf("backend %d (application_name %q, %s) terminated", pid, app, mode))
 		return nil

@@ -133,6 +133,81 @@ func TestDeposeEveryHoldKind(t *testing.T) {
 		}
 		t.Logf("RunExclusive returned %v after %d statements", err, statements)
 	})
+	// A limited lock's holder holds one of its slots, not the lock's ID.
+	limited := pgadvisory.Lock{Name: "lockgentest.limited", ID: 7_105}.With(pgadvisory.WithLimit(3))
+	t.Run("RunLimited", func(t *testing.T) {
+		err, _ := deposeDuring(t, db, limited, func(ctx context.Context, inside func()) error {
+			return locker.RunLimited(ctx, limited, 0, func(tx *sql.Tx) error {
+				inside()
+				for { // fn's work: a statement every 10ms until one fails
+					if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
+						return err
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+		})
+		if !errors.Is(err, pgadvisory.ErrConnLost) {
+			t.Errorf("RunLimited returned %v, want ErrConnLost", err)
+		}
+	})
+	t.Run("RunSessionLimited", func(t *testing.T) {
+		err, _ := deposeDuring(t, db, limited, func(ctx context.Context, inside func()) error {
+			return locker.RunSessionLimited(ctx, limited, 0, func(ctx context.Context) error { return waitCtx(ctx, inside) },
+				pgadvisory.WithCheckInterval(100*time.Millisecond))
+		})
+		if !errors.Is(err, pgadvisory.ErrLockLost) {
+			t.Errorf("RunSessionLimited returned %v, want ErrLockLost", err)
+		}
+	})
+}
+
+// TestHoldLimitedLock: Hold of a limited lock takes all its slots, so the
+// code under test finds none free (ErrLocked) through either verb, and
+// finds one once released; the limit comes from the lock's WithLimit or,
+// for a lock that does not declare it, from the limit an earlier call
+// registered.
+func TestHoldLimitedLock(t *testing.T) {
+	db := lockgentest.NewDB(t)
+	locker, err := pgadvisory.New(pgadvisory.Stdlib(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 3
+	declared := pgadvisory.Lock{Name: "lockgentest.hold_limited", ID: 7_106}.With(pgadvisory.WithLimit(n))
+	undeclared := pgadvisory.Lock{Name: "lockgentest.hold_registered", ID: 7_107}
+	// The undeclared lock's limit is registered by a first call.
+	if err := locker.RunLimited(ctx, undeclared, n, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		lock pgadvisory.Lock
+	}{{"declared", declared}, {"registered", undeclared}} {
+		t.Run(tc.name, func(t *testing.T) {
+			runLimited := func() error {
+				return locker.RunLimited(ctx, tc.lock, n, func(*sql.Tx) error { return nil })
+			}
+			runSessionLimited := func() error {
+				return locker.RunSessionLimited(ctx, tc.lock, n, func(context.Context) error { return nil })
+			}
+			release := lockgentest.Hold(t, db, tc.lock)
+			for name, call := range map[string]func() error{"RunLimited": runLimited, "RunSessionLimited": runSessionLimited} {
+				if err := call(); !errors.Is(err, pgadvisory.ErrLocked) {
+					t.Errorf("%s while Hold held the lock: %v, want ErrLocked", name, err)
+				}
+			}
+			release()
+			for name, call := range map[string]func() error{"RunLimited": runLimited, "RunSessionLimited": runSessionLimited} {
+				if err := call(); err != nil {
+					t.Errorf("%s after the release: %v", name, err)
+				}
+			}
+		})
+	}
 }
 
 // TestDeposeNobody: deposing a lock nobody holds fails the test, saying

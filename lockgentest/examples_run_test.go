@@ -9,4 +9,6 @@ func TestExamples(t *testing.T) {
 	t.Run("Hold", testCompactSkipsWhileAnotherRuns)
 	t.Run("Depose", testSchedulerStepsDown)
 	t.Run("Witness", testSettlementsNeverOverlap)
+	t.Run("NewWitness", testMailWorkersTakeTurns)
+	t.Run("Witness.Enter", testLedgerCloseNeverOverlaps)
 }

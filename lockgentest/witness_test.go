@@ -20,10 +20,18 @@ func TestWitnessKeys(t *testing.T) {
 		exitA()
 		w.Enter("a")()
 		exitB()
+		// Sections of "c" from 16 goroutines, one after the other (a
+		// mutex orders them, as a lock would).
 		var wg sync.WaitGroup
+		var mu sync.Mutex
 		for range 16 {
 			wg.Add(1)
-			go func() { defer wg.Done(); w.Enter("c")() }()
+			go func() {
+				defer wg.Done()
+				mu.Lock()
+				defer mu.Unlock()
+				w.Enter("c")()
+			}()
 		}
 		wg.Wait()
 	})

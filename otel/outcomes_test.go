@@ -90,7 +90,7 @@ var outcomeCases = []outcomeCase{
 		name: "lost",
 		run: func(t *testing.T, ctx context.Context, door frontdoor.Door, lock pgadvisory.Lock, observe pgadvisory.Option) error {
 			w := witness.New(t)
-			return door.RunSessionLock(ctx, lock, func(ctx context.Context) error {
+			return door.RunSession(ctx, lock, func(ctx context.Context) error {
 				_, err := testdb.DB(t).ExecContext(ctx, "SELECT pg_terminate_backend($1)", w.Holder(t, lock.ID).PID)
 				require.NoError(t, err)
 				<-ctx.Done()

@@ -42,7 +42,7 @@ func TestSpanParents(t *testing.T) {
 
 		t.Run("session work nests under the lock", func(t *testing.T) {
 			tm.spans.Reset()
-			require.NoError(t, door.RunSessionLock(ctx, lock, func(ctx context.Context) error {
+			require.NoError(t, door.RunSession(ctx, lock, func(ctx context.Context) error {
 				_, work := tracer.Start(ctx, "work")
 				work.End()
 				return nil
