@@ -39,7 +39,8 @@
 --     (lock_timeout, set for that statement only, and never more than half
 --     of p_ttl_ms, so that the row, whose refresh is not committed yet,
 --     stays live meanwhile, nor than half of statement_timeout when that
---     is set). The server grants it the lock the moment the holder's
+--     is set); still not granted, it refreshes the row again, so that its
+--     expiry runs from the end of the wait. The server grants it the lock the moment the holder's
 --     transaction ends. Only the head does this, so at most one call per
 --     lock waits on the server, on one connection. While a holder that
 --     came through the queue holds the lock, its row (deleted, not yet
@@ -147,6 +148,14 @@ BEGIN
                 granted := false; -- the subtransaction's end restored lock_timeout
             END;
             v_now := pg_catalog.clock_timestamp();
+            IF NOT granted THEN
+                -- Expire from the end of the wait: the refresh above
+                -- commits only now, and the next try's only after its
+                -- own wait.
+                UPDATE pgadvisory.waiter AS w
+                   SET expires = v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
+                 WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
+            END IF;
         END IF;
         IF granted THEN
             IF seq IS NOT NULL THEN

@@ -15,3 +15,11 @@ func ServerWaitBudgetForTest[TTx any](l *Locker[TTx], n int32) { l.s.serverWaits
 // PollGapForTest sets the spacing of l's poll slots in place of
 // time.Second/pollRate (before l is used; d <= 0: back to that one).
 func PollGapForTest[TTx any](l *Locker[TTx], d time.Duration) { l.s.polls.gap = d }
+
+// PollBacklogForTest hands out l's poll slots from d ahead on, as if
+// other waiters had taken the ones before.
+func PollBacklogForTest[TTx any](l *Locker[TTx], d time.Duration) {
+	l.s.polls.mu.Lock()
+	l.s.polls.next = time.Now().Add(d)
+	l.s.polls.mu.Unlock()
+}

@@ -299,7 +299,7 @@ func runLease(ctx context.Context, c *callState, st *leaseState, hub *waitHub, p
 			woke, err := sleepWoken(ctx, d, woken)
 			if err == nil && !woke {
 				// A poll: it waits for its Locker's next poll slot.
-				_, err = polls.wait(ctx, time.Time{}, woken)
+				_, err = polls.wait(ctx, time.Time{}, time.Time{}, woken)
 			}
 			if err != nil {
 				return c.failure(ctx, "lock", err)

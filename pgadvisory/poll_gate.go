@@ -21,7 +21,11 @@ import (
 //
 // Slots are spaced gap apart, handed out in the order asked for; a waiter
 // that stops waiting for its slot (woken, ctx, timeout) gives it back when
-// no later one was handed out.
+// no later one was handed out. A waiter whose queue row would expire
+// before its slot polls by the row's refresh time instead (its slot stays
+// taken, so the rate holds over a cycle): a row's expiry follows the
+// cycle of its last try, and waiters that joined together in a burst set
+// theirs before the others counted.
 type pollGate struct {
 	mu   sync.Mutex
 	next time.Time     // the earliest free slot
@@ -57,11 +61,12 @@ func (g *pollGate) cycle() time.Duration {
 	return time.Duration(max(0, g.waiters.Load())) * g.spacing()
 }
 
-// wait takes the next poll slot and waits for it, returning pollSlot then,
-// pollWoken when woken comes first (nil: never), pollDeadline when
-// deadline (zero: none) passes first, or ctx's error. A slot that is free
-// now is taken without a timer.
-func (g *pollGate) wait(ctx context.Context, deadline time.Time, woken <-chan struct{}) (int, error) {
+// wait takes the next poll slot and waits for it, returning pollSlot then
+// (or at refreshBy, when that comes first: zero, never), pollWoken when
+// woken comes first (nil: never), pollDeadline when deadline (zero: none)
+// passes first, or ctx's error. A slot that is free now is taken without
+// a timer.
+func (g *pollGate) wait(ctx context.Context, deadline, refreshBy time.Time, woken <-chan struct{}) (int, error) {
 	g.mu.Lock()
 	now := time.Now()
 	slot := g.next
@@ -71,7 +76,11 @@ func (g *pollGate) wait(ctx context.Context, deadline time.Time, woken <-chan st
 	gap := g.spacing()
 	g.next = slot.Add(gap)
 	g.mu.Unlock()
-	d := slot.Sub(now)
+	at := slot
+	if !refreshBy.IsZero() && refreshBy.Before(at) {
+		at = refreshBy // the row's refresh cannot wait for the slot
+	}
+	d := at.Sub(now)
 	if d <= 0 {
 		return pollSlot, nil
 	}

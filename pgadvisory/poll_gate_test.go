@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -106,5 +107,54 @@ func queueRowsOf(t testing.TB, w *witness.Witness, keys []int64) int {
 	t.Helper()
 	var n int
 	require.NoError(t, w.DB.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = ANY($1)`, keys).Scan(&n))
+	return n
+}
+
+// TestQueuedRowOutlivesPollBacklog: a waiter whose row was set with a
+// short expiry (the check interval's 3/4, as for the waiters that join
+// in a burst before the others count) keeps its row live though its
+// Locker's next poll slot is a minute ahead: it refreshes the row in time
+// instead of waiting for the slot. For a session lock and a transaction
+// lock (whose head waits on the server for half its row's expiry, then
+// polls), each behind a holder that never releases.
+func TestQueuedRowOutlivesPollBacklog(t *testing.T) {
+	const interval = 400 * time.Millisecond // rows expire 300ms after each try
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	for _, kind := range []string{"session", "transaction"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := testdb.Context(t)
+			key := testdb.Key(t)
+			holdSession(t, admin, key)
+			l, err := pgadvisory.New(pgadvisory.Pgx(testdb.Pool(t)), pgadvisory.WithDefaultCheckInterval(interval))
+			require.NoError(t, err)
+			pgadvisory.PollBacklogForTest(l, time.Minute)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				if kind == "session" {
+					done <- l.RunSession(wctx, pgadvisory.ID(key), func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+					return
+				}
+				done <- l.RunExclusive(wctx, pgadvisory.ID(key), func(pgx.Tx) error { return nil }, pgadvisory.WithWait(0))
+			}()
+			keys := []int64{key}
+			require.Eventually(t, func() bool { return queueRowsOf(t, w, keys) == 1 }, 30*time.Second, 5*time.Millisecond, "the call joins the queue")
+			for range 8 { // 8 × 250ms: past 6 expiries of a row not refreshed
+				time.Sleep(250 * time.Millisecond)
+				require.Equal(t, 1, liveRowsOf(t, w, keys), "the waiter's row is live")
+			}
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+		})
+	}
+}
+
+// liveRowsOf counts the unexpired rows of lockgen's queue for keys.
+func liveRowsOf(t testing.TB, w *witness.Witness, keys []int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, w.DB.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = ANY($1) AND expires > clock_timestamp()`, keys).Scan(&n))
 	return n
 }

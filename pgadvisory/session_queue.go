@@ -149,7 +149,7 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 		select {
 		case <-t.C:
 			// A poll: it waits for the Locker's next poll slot.
-			switch got, err := c.locker.polls.wait(ctx, q.deadline, sub.ch); {
+			switch got, err := c.locker.polls.wait(ctx, q.deadline, q.refreshBy, sub.ch); {
 			case err != nil:
 				p.leaveQueue(ctx, l, q)
 				return nil, c.failure(ctx, "lock", err)

@@ -99,6 +99,10 @@ type queueState struct {
 	commitTimeout time.Duration
 	// deadline is when WithWait's timeout passes (zero: none).
 	deadline time.Time
+	// refreshBy is when the call's next try must be sent for its row to
+	// stay live: half the expiry of its last try after the try was built
+	// (rowTTL), which its poll does not wait past (pollGate.wait).
+	refreshBy time.Time
 	// block: the call holds one of its Locker's server-wait slots (of
 	// slots) for its next try, which may then wait on the server (see
 	// blockMS), until that try's lock statement returns (unblock).
@@ -159,9 +163,12 @@ func (q *queueState) statement(c *callState) lockStatement {
 // twice the cycle of the Locker's poll slots (polls), which stretches the
 // interval between a waiter's tries when many wait; without it their
 // rows would expire between tries and they would lose their turn. Within
-// wait_try's bound of an hour.
+// wait_try's bound of an hour. It sets refreshBy for the try it is built
+// for.
 func (q *queueState) rowTTL(polls *pollGate) int64 {
-	return min(q.ttlMS+2*polls.cycle().Milliseconds(), 3600000)
+	ms := min(q.ttlMS+2*polls.cycle().Milliseconds(), 3600000)
+	q.refreshBy = time.Now().Add(time.Duration(ms) * time.Millisecond / 2)
+	return ms
 }
 
 // keep commits a queued call's transaction that was not granted: the
@@ -338,7 +345,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 			select {
 			case <-t.C:
 				// A poll: it waits for the Locker's next poll slot.
-				switch got, err := c.locker.polls.wait(ctx, deadline, sub.ch); {
+				switch got, err := c.locker.polls.wait(ctx, deadline, q.refreshBy, sub.ch); {
 				case err != nil:
 					q.leave(ctx, c, path)
 					return c.failure(ctx, OpLock, err)

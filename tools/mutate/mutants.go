@@ -485,10 +485,26 @@ var Mutants = []Mutant{
 	{
 		Name: "poll-gate-rows-expire", Area: "session",
 		File:    "pgadvisory/wait_queue.go",
-		Search:  "\treturn min(q.ttlMS+2*polls.cycle().Milliseconds(), 3600000)\n",
-		Replace: "\treturn q.ttlMS\n",
+		Search:  "\tms := min(q.ttlMS+2*polls.cycle().Milliseconds(), 3600000)\n",
+		Replace: "\tms := q.ttlMS\n",
 		Promise: "a waiter whose polls the Locker's poll rate stretches keeps its row live, and its turn",
 		Pkgs:    pgadvisory, Run: "^TestSessionQueuedPollsBounded$",
+	},
+	{
+		Name: "poll-gate-refresh-waits-for-slot", Area: "waiting",
+		File:    "pgadvisory/poll_gate.go",
+		Search:  "\t\tat = refreshBy // the row's refresh cannot wait for the slot\n",
+		Replace: "\t\t// mutant: the slot comes first\n",
+		Promise: "a waiter whose row would expire before its poll slot refreshes the row in time: it keeps its turn behind a poll backlog",
+		Pkgs:    pgadvisory, Run: "^TestQueuedRowOutlivesPollBacklog$",
+	},
+	{
+		Name: "wait-try-expiry-from-start", Area: "waiting",
+		File:    "migrations/00011_waiting.sql",
+		Search:  "            IF NOT granted THEN\n                -- Expire from the end of the wait:",
+		Replace: "            IF false THEN\n                -- Expire from the end of the wait:",
+		Promise: "the head of a queue that waits on the server for a holder keeps its row live between its tries",
+		Pkgs:    pgadvisory, Run: "^TestQueuedRowOutlivesPollBacklog$",
 	},
 	{
 		Name: "leader-resign-unrecorded", Area: "election",
