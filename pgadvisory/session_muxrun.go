@@ -90,27 +90,29 @@ func (p *sessionPool) acquire(ctx context.Context, l *muxLock, start time.Time) 
 	return p.wait(ctx, l, start)
 }
 
-// try places l on a shared connection and, unless the table shows one of
-// its keys held by another call of this process, reserves them there and
-// tries its locks; the keys are given up unless granted. Not granted
-// without an error: contended.
-func (p *sessionPool) try(ctx context.Context, l *muxLock) (*sharedConn, bool, error) {
+// claim places l on a shared connection, reserves its keys there in the
+// key table and takes the connection's turn (acquireSem), for a try of
+// l's locks on it. free is false when the table shows one of the keys held
+// or being taken by another call of this process: then nothing is kept.
+// Otherwise the caller gives back the turn (releaseSem), the keys
+// (unreserve) and the connection (leave) unless its try is granted.
+func (p *sessionPool) claim(ctx context.Context, l *muxLock) (sc *sharedConn, free bool, unreserve func(), err error) {
 	c := l.c
 	for {
 		sc, err := p.place(ctx, c, l.open)
 		if err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
 		if err := sc.admit(ctx, c); err != nil {
 			sc.leave()
-			return nil, false, err
+			return nil, false, nil, err
 		}
 		p.mu.Lock()
 		free := p.reserve(c)
 		p.mu.Unlock()
 		if !free {
 			sc.leave()
-			return nil, false, nil
+			return nil, false, nil, nil
 		}
 		unreserve := func() {
 			p.mu.Lock()
@@ -120,7 +122,7 @@ func (p *sessionPool) try(ctx context.Context, l *muxLock) (*sharedConn, bool, e
 		if err := sc.acquireSem(ctx); err != nil {
 			unreserve()
 			sc.leave()
-			return nil, false, c.failure(ctx, "begin", err)
+			return nil, false, nil, c.failure(ctx, "begin", err)
 		}
 		if sc.isDead() {
 			// Lost while this call waited for its turn: another one.
@@ -129,25 +131,38 @@ func (p *sessionPool) try(ctx context.Context, l *muxLock) (*sharedConn, bool, e
 			sc.leave()
 			continue
 		}
-		granted, abandoned, err := sc.tryLocked(ctx, l, unreserve)
-		if abandoned {
-			// ctx ended while the try statement ran: it ends in the
-			// background, which gives back whatever it granted.
-			return nil, false, c.failure(ctx, "lock", err)
-		}
-		sc.releaseSem()
-		if !granted {
-			unreserve()
-			sc.leave()
-			return nil, false, err
-		}
-		if ctx.Err() != nil {
-			// Granted, but the caller gave up meanwhile.
-			_, _ = p.release(ctx, sc, l) // unregisters the keys
-			return nil, false, c.failure(ctx, "lock", ctx.Err())
-		}
-		return sc, true, nil
+		return sc, true, unreserve, nil
 	}
+}
+
+// try places l on a shared connection and, unless the table shows one of
+// its keys held by another call of this process, reserves them there and
+// tries its locks; the keys are given up unless granted. Not granted
+// without an error: contended.
+func (p *sessionPool) try(ctx context.Context, l *muxLock) (*sharedConn, bool, error) {
+	c := l.c
+	sc, free, unreserve, err := p.claim(ctx, l)
+	if err != nil || !free {
+		return nil, false, err
+	}
+	granted, abandoned, err := sc.tryLocked(ctx, l, unreserve)
+	if abandoned {
+		// ctx ended while the try statement ran: it ends in the
+		// background, which gives back whatever it granted.
+		return nil, false, c.failure(ctx, "lock", err)
+	}
+	sc.releaseSem()
+	if !granted {
+		unreserve()
+		sc.leave()
+		return nil, false, err
+	}
+	if ctx.Err() != nil {
+		// Granted, but the caller gave up meanwhile.
+		_, _ = p.release(ctx, sc, l) // unregisters the keys
+		return nil, false, c.failure(ctx, "lock", ctx.Err())
+	}
+	return sc, true, nil
 }
 
 // tryLocked sends the try statement of l's locks on sc, whose turn the

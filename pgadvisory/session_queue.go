@@ -137,36 +137,14 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 		sub.seq.Store(q.seq.Int64)
 		sleep := next/2 + rand.N(next/2+1)
 		next = min(2*next, heartbeat)
-		if !q.deadline.IsZero() {
-			left := time.Until(q.deadline)
-			if left <= 0 {
-				p.leaveQueue(ctx, l, q)
-				return nil, c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
-			}
-			sleep = min(sleep, left)
-		}
-		t := time.NewTimer(sleep)
-		select {
-		case <-t.C:
-			// A poll: it waits for the Locker's next poll slot.
-			switch got, err := c.locker.polls.wait(ctx, q.deadline, q.refreshBy, sub.ch); {
-			case err != nil:
-				p.leaveQueue(ctx, l, q)
-				return nil, c.failure(ctx, "lock", err)
-			case got == pollDeadline:
-				p.leaveQueue(ctx, l, q)
-				return nil, c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
-			case got == pollWoken:
-				next = time.Millisecond
-			}
-		case <-sub.ch:
-			next = time.Millisecond
-		case <-ctx.Done():
-			t.Stop()
+		woken, err := q.pause(ctx, c, sub, sleep)
+		if err != nil {
 			p.leaveQueue(ctx, l, q)
-			return nil, c.failure(ctx, "lock", ctx.Err())
+			return nil, err
 		}
-		t.Stop()
+		if woken {
+			next = time.Millisecond
+		}
 	}
 }
 
@@ -178,104 +156,78 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 // place.
 func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (sc *sharedConn, granted, abandoned bool, err error) {
 	c := l.c
-	for {
-		sc, err := p.place(ctx, c, l.open)
-		if err != nil {
-			return nil, false, false, err
-		}
-		if err := sc.admit(ctx, c); err != nil {
-			sc.leave()
-			return nil, false, false, err
-		}
-		p.mu.Lock()
-		free := p.reserve(c)
-		p.mu.Unlock()
-		if !free {
-			sc.leave()
-			return nil, false, false, p.queueRefresh(ctx, l, q)
-		}
-		unreserve := func() {
-			p.mu.Lock()
-			p.unregister(c)
-			p.mu.Unlock()
-		}
-		if err := sc.acquireSem(ctx); err != nil {
-			unreserve()
-			sc.leave()
-			return nil, false, false, c.failure(ctx, "begin", err)
-		}
-		if sc.isDead() {
-			sc.releaseSem()
-			unreserve()
-			sc.leave()
-			continue
-		}
-		var ok, standby bool
-		var pid int32
-		var seq sql.NullInt64
-		var head sql.NullBool
-		var prev any
-		if q.seq.Valid {
-			prev = q.seq.Int64
-		}
-		abandoned, err := sc.call(ctx, l, c.checkTimeout, func(err error) {
-			if err == nil && ok && pid == sc.pid {
-				sc.p.mu.Lock()
-				sc.locks[l] = struct{}{}
-				sc.p.mu.Unlock()
-				c.queuedSession = true
-				_ = sc.p.unlockLocked(bgCtx, sc, l)
-			} else if err == nil && seq.Valid {
-				var left bool
-				_ = sc.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], seq.Int64}, &left)
-			}
-			sc.releaseSem()
-			unreserve()
-			sc.leave()
-		}, sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}, &ok, &standby, &pid, &seq, &head)
-		if abandoned {
-			return nil, false, true, c.failure(ctx, "lock", err)
-		}
-		switch {
-		case err != nil:
-			if pooled := pooledStatementError(err); pooled != nil {
-				sc.fail(pooled)
-				err = c.refusal(ctx, "lock", ErrTransactionPooler, pooled)
-			} else {
-				if !sc.isDead() {
-					sc.unlockHeld(ctx, l)
-				}
-				err = c.failure(ctx, "lock", err)
-			}
-		case pid != sc.pid:
-			sc.fail(fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
-			err = c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
-		case standby:
-			err = c.refusal(ctx, "lock", ErrStandby, nil)
-		case ok:
+	sc, free, unreserve, err := p.claim(ctx, l)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if !free {
+		return nil, false, false, p.queueRefresh(ctx, l, q)
+	}
+	var ok, standby bool
+	var pid int32
+	var seq sql.NullInt64
+	var head sql.NullBool
+	var prev any
+	if q.seq.Valid {
+		prev = q.seq.Int64
+	}
+	abandoned, err = sc.call(ctx, l, c.checkTimeout, func(err error) {
+		if err == nil && ok && pid == sc.pid {
 			sc.p.mu.Lock()
 			sc.locks[l] = struct{}{}
-			if c.interval < sc.armed {
-				sc.armed = c.interval
-				sc.timer.Reset(c.interval)
-			}
 			sc.p.mu.Unlock()
-			sc.releaseSem()
-			if ctx.Err() != nil {
-				// Granted, but the caller gave up meanwhile.
-				c.queuedSession = true
-				_, _ = p.release(ctx, sc, l)
-				return nil, false, false, c.failure(ctx, "lock", ctx.Err())
-			}
-			return sc, true, false, nil
-		default:
-			q.seq, q.head = seq, head
+			c.queuedSession = true
+			_ = sc.p.unlockLocked(bgCtx, sc, l)
+		} else if err == nil && seq.Valid {
+			var left bool
+			_ = sc.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], seq.Int64}, &left)
 		}
 		sc.releaseSem()
 		unreserve()
 		sc.leave()
-		return nil, false, false, err
+	}, sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}, &ok, &standby, &pid, &seq, &head)
+	if abandoned {
+		return nil, false, true, c.failure(ctx, "lock", err)
 	}
+	switch {
+	case err != nil:
+		if pooled := pooledStatementError(err); pooled != nil {
+			sc.fail(pooled)
+			err = c.refusal(ctx, "lock", ErrTransactionPooler, pooled)
+		} else {
+			if !sc.isDead() {
+				sc.unlockHeld(ctx, l)
+			}
+			err = c.failure(ctx, "lock", err)
+		}
+	case pid != sc.pid:
+		sc.fail(fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
+		err = c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
+	case standby:
+		err = c.refusal(ctx, "lock", ErrStandby, nil)
+	case ok:
+		sc.p.mu.Lock()
+		sc.locks[l] = struct{}{}
+		if c.interval < sc.armed {
+			sc.armed = c.interval
+			sc.timer.Reset(c.interval)
+		}
+		sc.p.mu.Unlock()
+		sc.releaseSem()
+		if ctx.Err() != nil {
+			// Granted, but the caller gave up meanwhile.
+			c.queuedSession = true
+			_, _ = p.release(ctx, sc, l)
+			return nil, false, false, c.failure(ctx, "lock", ctx.Err())
+		}
+		return sc, true, false, nil
+	default:
+		q.seq, q.head = seq, head
+	}
+	sc.releaseSem()
+	unreserve()
+	sc.leave()
+	return nil, false, false, err
 }
 
 // queueRefresh joins or refreshes the call's place in the queue on a pool

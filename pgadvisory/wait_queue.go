@@ -288,7 +288,6 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 		if c.timeout > 0 {
 			q.deadline = time.Now().Add(c.timeout)
 		}
-		deadline := q.deadline
 		var sub *waitSub
 		defer func() {
 			if sub != nil {
@@ -333,38 +332,52 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				sleep = min(sleep, next/2+rand.N(next/2+1))
 				next = min(2*next, waitPollMax)
 			}
-			if !deadline.IsZero() {
-				left := time.Until(deadline)
-				if left <= 0 {
-					q.leave(ctx, c, path)
-					return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
-				}
-				sleep = min(sleep, left)
-			}
-			t := time.NewTimer(sleep)
-			select {
-			case <-t.C:
-				// A poll: it waits for the Locker's next poll slot.
-				switch got, err := c.locker.polls.wait(ctx, deadline, q.refreshBy, sub.ch); {
-				case err != nil:
-					q.leave(ctx, c, path)
-					return c.failure(ctx, OpLock, err)
-				case got == pollDeadline:
-					q.leave(ctx, c, path)
-					return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
-				case got == pollWoken:
-					next = time.Millisecond
-				}
-			case <-sub.ch:
-				next = time.Millisecond
-			case <-ctx.Done():
-				t.Stop()
+			woken, err := q.pause(ctx, c, sub, sleep)
+			if err != nil {
 				q.leave(ctx, c, path)
-				return c.failure(ctx, OpLock, ctx.Err())
+				return err
 			}
-			t.Stop()
+			if woken {
+				next = time.Millisecond
+			}
 		}
 	})
+}
+
+// pause is a queued call's wait between two tries, of either kind (a
+// transaction or a session lock): sleep, then the Locker's next poll slot
+// (pollGate.wait); a wake-up (sub) ends either at once. It returns whether
+// the call was woken, or the error that ends its wait: ctx's, or
+// WithWait's timeout passing. The caller leaves the queue on an error.
+func (q *queueState) pause(ctx context.Context, c *callState, sub *waitSub, sleep time.Duration) (woken bool, err error) {
+	timeout := func() error {
+		return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
+	}
+	if !q.deadline.IsZero() {
+		left := time.Until(q.deadline)
+		if left <= 0 {
+			return false, timeout()
+		}
+		sleep = min(sleep, left)
+	}
+	t := time.NewTimer(sleep)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		// A poll: it waits for the Locker's next poll slot.
+		switch got, err := c.locker.polls.wait(ctx, q.deadline, q.refreshBy, sub.ch); {
+		case err != nil:
+			return false, c.failure(ctx, OpLock, err)
+		case got == pollDeadline:
+			return false, timeout()
+		default:
+			return got == pollWoken, nil
+		}
+	case <-sub.ch:
+		return true, nil
+	case <-ctx.Done():
+		return false, c.failure(ctx, OpLock, ctx.Err())
+	}
 }
 
 // leave removes the call's row from the queue, if it joined, even when
