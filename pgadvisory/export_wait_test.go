@@ -16,10 +16,14 @@ func ServerWaitBudgetForTest[TTx any](l *Locker[TTx], n int32) { l.s.serverWaits
 // time.Second/pollRate (before l is used; d <= 0: back to that one).
 func PollGapForTest[TTx any](l *Locker[TTx], d time.Duration) { l.s.polls.gap = d }
 
-// PollBacklogForTest hands out l's poll slots from d ahead on, as if
+// PollBacklogForTest lets l's next poll slot come only d from now, as if
 // other waiters had taken the ones before.
 func PollBacklogForTest[TTx any](l *Locker[TTx], d time.Duration) {
 	l.s.polls.mu.Lock()
-	l.s.polls.next = time.Now().Add(d)
+	l.s.polls.last = time.Now().Add(d - l.s.polls.spacing())
 	l.s.polls.mu.Unlock()
 }
+
+// PollWaitersForTest is the number of l's calls that poll through its
+// poll gate now.
+func PollWaitersForTest[TTx any](l *Locker[TTx]) int64 { return l.s.polls.waiters.Load() }

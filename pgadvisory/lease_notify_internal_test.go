@@ -2,7 +2,6 @@ package pgadvisory
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,14 +26,8 @@ import (
 // campaign tries once and sleeps; the lead's fn returns: the campaign's fn
 // starts.
 func TestLeaseReleaseWakesCampaign(t *testing.T) {
-	min0, max0 := leasePollMin, leasePollMax
-	leasePollMin, leasePollMax = time.Hour, time.Hour
-	t.Cleanup(func() { leasePollMin, leasePollMax = min0, max0 })
-	// The calls end before the polling bounds are restored (cleanups run
-	// last in, first out), even when the test fails.
-	ctx, cancel := context.WithCancel(testdb.Context(t))
-	var calls sync.WaitGroup
-	t.Cleanup(func() { cancel(); calls.Wait() })
+	base, calls := pollingOff(t, &leasePollMin, &leasePollMax)
+	ctx, cancel := context.WithCancel(base)
 	poolA, poolB, poolC := testdb.Pool(t), testdb.Pool(t), testdb.Pool(t)
 	db := stdlib.OpenDBFromPool(poolA)
 	t.Cleanup(func() { _ = db.Close() })
@@ -112,8 +105,7 @@ func TestLeaseReleaseWakesCampaign(t *testing.T) {
 	cancel()
 	require.NoError(t, <-doneB)
 
-	ctx, cancel = context.WithCancel(testdb.Context(t))
-	t.Cleanup(func() { cancel(); calls.Wait() })
+	ctx, cancel = context.WithCancel(base)
 	releaseC := make(chan struct{})
 	startedC, doneC := lead(lc, false, releaseC)
 	require.True(t, within(startedC, 10*time.Second), "C leads")

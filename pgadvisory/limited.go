@@ -354,12 +354,14 @@ type limitedWaiters struct {
 	byID map[int64][]*waitSub
 }
 
-// lockerWaiters is a Locker's limited waiters with its waitHub; the zero
+// lockerWaiters is a Locker's limited waiters with its waitHub and its
+// poll gate, which a waiter passes from its join to its leave; the zero
 // value (a call without a Locker state) has none, and its methods do
 // nothing.
 type lockerWaiters struct {
-	w   *limitedWaiters
-	hub *waitHub
+	w     *limitedWaiters
+	hub   *waitHub
+	polls *pollGate
 }
 
 // waiters is the limited waiters of c's Locker.
@@ -367,7 +369,12 @@ func (c *callState) waiters() lockerWaiters {
 	if c.locker == nil {
 		return lockerWaiters{}
 	}
-	return lockerWaiters{w: &c.locker.limited, hub: &c.locker.waits}
+	return c.locker.limitedWaiters()
+}
+
+// limitedWaiters is the Locker's limited waiters.
+func (s *lockerState) limitedWaiters() lockerWaiters {
+	return lockerWaiters{w: &s.limited, hub: &s.waits, polls: &s.polls}
 }
 
 // join registers a waiter of lock id, last in line.
@@ -376,6 +383,7 @@ func (lw lockerWaiters) join(id int64, listen func(context.Context) (notifyConn,
 		return nil
 	}
 	sub := lw.hub.subscribe(id, listen)
+	lw.polls.enter()
 	w := lw.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -413,6 +421,7 @@ func (lw lockerWaiters) leave(sub *waitSub) {
 	}
 	w.mu.Unlock()
 	lw.hub.unsubscribe(sub)
+	lw.polls.exit()
 }
 
 // wake wakes the first waiter of lock id, if this Locker has one.
@@ -471,15 +480,19 @@ func newPoller(c *callState) *poller {
 }
 
 // sleep waits before the next try: the current interval with jitter,
-// doubled up to limitedPollMax, or until woken. It returns the call's
-// error once ctx is done or the wait's timeout passed.
+// doubled up to limitedPollMax, then the next poll slot of the call's
+// Locker (pollGate), or until woken. It returns the call's error once ctx
+// is done or the wait's timeout passed.
 func (p *poller) sleep(ctx context.Context, c *callState, woken <-chan struct{}) error {
 	d := p.next/2 + rand.N(p.next/2+1)
 	p.next = min(2*p.next, limitedPollMax)
+	timeout := func() error {
+		return c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf("no slot of %d was free within %v (WithWait)", c.lim.n, c.timeout))
+	}
 	if !p.deadline.IsZero() {
 		left := time.Until(p.deadline)
 		if left <= 0 {
-			return c.refusal(ctx, "lock", ErrLockTimeout, fmt.Errorf("no slot of %d was free within %v (WithWait)", c.lim.n, c.timeout))
+			return timeout()
 		}
 		d = min(d, left)
 	}
@@ -487,6 +500,16 @@ func (p *poller) sleep(ctx context.Context, c *callState, woken <-chan struct{})
 	defer t.Stop()
 	select {
 	case <-t.C:
+		if c.locker == nil {
+			return nil
+		}
+		// A poll: it waits for the Locker's next poll slot.
+		switch got, err := c.locker.polls.wait(ctx, p.deadline, time.Time{}, woken); {
+		case err != nil:
+			return c.failure(ctx, "lock", err)
+		case got == pollDeadline:
+			return timeout()
+		}
 		return nil
 	case <-woken:
 		return nil

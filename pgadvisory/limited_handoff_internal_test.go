@@ -3,7 +3,6 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,12 +26,7 @@ import (
 // Control: on database/sql, whose BEGIN is a round trip of its own, the
 // count is 3.
 func TestLimitedHandoffRoundTrips(t *testing.T) {
-	min0, max0 := limitedPollMin, limitedPollMax
-	limitedPollMin, limitedPollMax = time.Hour, time.Hour
-	t.Cleanup(func() { limitedPollMin, limitedPollMax = min0, max0 })
-	ctx, cancel := context.WithCancel(testdb.Context(t))
-	var calls sync.WaitGroup
-	t.Cleanup(func() { cancel(); calls.Wait() })
+	ctx, calls := pollingOff(t, &limitedPollMin, &limitedPollMax)
 	c := wirecount.New()
 	counted := func() *pgxpool.Pool {
 		return testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
@@ -150,7 +144,7 @@ func TestLimitedHandoffRoundTrips(t *testing.T) {
 // after connecting has come, so that none comes later.
 func listening(t *testing.T, s *lockerState, listen func(context.Context) (notifyConn, error)) lockerWaiters {
 	t.Helper()
-	lw := lockerWaiters{w: &s.limited, hub: &s.waits}
+	lw := s.limitedWaiters()
 	probe := lw.join(-1, listen)
 	t.Cleanup(func() { lw.leave(probe) })
 	select {

@@ -2,7 +2,6 @@ package pgadvisory
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,14 +28,7 @@ import (
 // control). A3 (A, no wait) takes the slot, A2 (A) waits; A3 releases and
 // wakes A2 in Locker A. A2, which waited, releases: its NOTIFY wakes B.
 func TestLimitedReleaseWakesWaiter(t *testing.T) {
-	min0, max0 := limitedPollMin, limitedPollMax
-	limitedPollMin, limitedPollMax = time.Hour, time.Hour
-	t.Cleanup(func() { limitedPollMin, limitedPollMax = min0, max0 })
-	// The calls end before the polling bounds are restored (cleanups run
-	// last in, first out), even when the test fails.
-	ctx, cancel := context.WithCancel(testdb.Context(t))
-	var calls sync.WaitGroup
-	t.Cleanup(func() { cancel(); calls.Wait() })
+	ctx, calls := pollingOff(t, &limitedPollMin, &limitedPollMax)
 	poolA, poolB := testdb.Pool(t), testdb.Pool(t)
 	db := stdlib.OpenDBFromPool(poolA)
 	t.Cleanup(func() { _ = db.Close() })
@@ -79,7 +71,7 @@ func TestLimitedReleaseWakesWaiter(t *testing.T) {
 	waiting := func(l *Locker[pgx.Tx], n int) {
 		t.Helper()
 		require.Eventually(t, func() bool {
-			return lockerWaiters{w: &l.s.limited, hub: &l.s.waits}.count(lock.ID) == n
+			return l.s.limitedWaiters().count(lock.ID) == n
 		}, 10*time.Second, time.Millisecond)
 	}
 
@@ -91,7 +83,7 @@ func TestLimitedReleaseWakesWaiter(t *testing.T) {
 	// receives that), so that no such wake-up comes later.
 	listen := func(l *Locker[pgx.Tx], pool *pgxpool.Pool) {
 		t.Helper()
-		lw := lockerWaiters{w: &l.s.limited, hub: &l.s.waits}
+		lw := l.s.limitedWaiters()
 		probe := lw.join(lock.ID+1, pgxListener(pool))
 		t.Cleanup(func() { lw.leave(probe) })
 		require.Eventually(t, l.s.waits.listening, 10*time.Second, time.Millisecond, "the Locker listens")
@@ -135,7 +127,7 @@ func TestLimitedReleaseWakesWaiter(t *testing.T) {
 // next one is first.
 func TestLimitedWaitersWakeFirstOnly(t *testing.T) {
 	var s lockerState
-	lw := lockerWaiters{w: &s.limited, hub: &s.waits}
+	lw := s.limitedWaiters()
 	const id = 42
 	a, b := lw.join(id, nil), lw.join(id, nil)
 	other := lw.join(id+1, nil)
@@ -169,14 +161,7 @@ func TestLimitedWaitersWakeFirstOnly(t *testing.T) {
 // call (a session release sends no NOTIFY). Control: while the slot is held
 // the waiter does not run.
 func TestSessionLimitedReleaseWakesWaiter(t *testing.T) {
-	min0, max0 := limitedPollMin, limitedPollMax
-	limitedPollMin, limitedPollMax = time.Hour, time.Hour
-	t.Cleanup(func() { limitedPollMin, limitedPollMax = min0, max0 })
-	// The calls end before the polling bounds are restored (cleanups run
-	// last in, first out), even when the test fails.
-	ctx, cancel := context.WithCancel(testdb.Context(t))
-	var calls sync.WaitGroup
-	t.Cleanup(func() { cancel(); calls.Wait() })
+	ctx, calls := pollingOff(t, &limitedPollMin, &limitedPollMax)
 	pool := testdb.Pool(t)
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = db.Close() })
@@ -216,7 +201,7 @@ func TestSessionLimitedReleaseWakesWaiter(t *testing.T) {
 		}, WithWait(0))
 	}()
 	require.Eventually(t, func() bool {
-		return lockerWaiters{w: &l.s.limited, hub: &l.s.waits}.count(lock.ID) == 1
+		return l.s.limitedWaiters().count(lock.ID) == 1
 	}, 10*time.Second, time.Millisecond)
 	select {
 	case <-ran:

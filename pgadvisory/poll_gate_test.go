@@ -99,6 +99,7 @@ func TestSessionQueuedPollsBounded(t *testing.T) {
 	unbounded := polls(t, time.Nanosecond)
 	t.Logf("round trips in %v with %d waiters: %d with a poll slot every %v (bound %d), %d without a bound", window, n, limited, gap, bound, unbounded)
 	require.LessOrEqual(t, limited, bound, "the Locker's polls stay within its poll rate")
+	require.GreaterOrEqual(t, limited, int64(window/gap)/4, "the slots go to the waiters: none is left idle")
 	require.Greater(t, unbounded, 4*bound, "control: without the bound the waiters poll many times more")
 }
 
@@ -157,4 +158,96 @@ func liveRowsOf(t testing.TB, w *witness.Witness, keys []int64) int {
 	var n int
 	require.NoError(t, w.DB.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = ANY($1) AND expires > clock_timestamp()`, keys).Scan(&n))
 	return n
+}
+
+// TestLimitedPollsBounded: 50 waiting limited calls on one Locker, each
+// for a lock of n = 1 whose slot another Locker holds (no release, so no
+// wake-up: they only poll, every 50ms), pass their Locker's poll gate:
+// over a window, the round trips of their Locker stay within the rate of
+// its poll slots (20/s here; at most 3 round trips a poll, a transaction
+// try's BEGIN, slot statement and ROLLBACK) with slack. For RunLimited and
+// RunSessionLimited. Control: slots 1ns apart (no bound) send many times
+// more.
+func TestLimitedPollsBounded(t *testing.T) {
+	const (
+		n      = 50
+		gap    = 50 * time.Millisecond
+		window = 2 * time.Second
+	)
+	migrated.DB(t) // the schema, in the test database
+	for _, kind := range []string{"RunLimited", "RunSessionLimited"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := testdb.Context(t)
+			keys := make([]int64, n)
+			base := testdb.Key(t) << 8
+			for i := range keys {
+				keys[i] = base + int64(i)
+			}
+			// The holder: every slot held on its Locker's shared connections.
+			holder, err := pgadvisory.New(pgadvisory.Pgx(testdb.Pool(t)))
+			require.NoError(t, err)
+			hctx, release := context.WithCancel(ctx)
+			var held sync.WaitGroup
+			t.Cleanup(func() { release(); held.Wait() })
+			for _, key := range keys {
+				in := make(chan struct{})
+				held.Add(1)
+				go func() {
+					defer held.Done()
+					_ = holder.RunSessionLimited(hctx, pgadvisory.ID(key), 1, func(ctx context.Context) error {
+						close(in)
+						<-ctx.Done()
+						return nil
+					})
+				}()
+				frontdoor.Await(t, in, "the holder takes the slot")
+			}
+
+			polls := func(t *testing.T, d time.Duration) int64 {
+				c := wirecount.New()
+				pool := testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
+					cfg.MaxConns = 4
+					cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
+					cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+				})
+				l, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithSessionConns(2))
+				require.NoError(t, err)
+				pgadvisory.PollGapForTest(l, d)
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				errs := make(chan error, n)
+				var wg sync.WaitGroup
+				for _, key := range keys {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if kind == "RunLimited" {
+							errs <- l.RunLimited(wctx, pgadvisory.ID(key), 1, func(pgx.Tx) error { return nil }, pgadvisory.WithWait(0))
+							return
+						}
+						errs <- l.RunSessionLimited(wctx, pgadvisory.ID(key), 1, func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+					}()
+				}
+				require.Eventually(t, func() bool { return pgadvisory.PollWaitersForTest(l) == n }, 30*time.Second, 10*time.Millisecond, "every call waits")
+				time.Sleep(200 * time.Millisecond) // past the first tries
+				before := c.RoundTrips()
+				time.Sleep(window)
+				got := c.RoundTrips() - before
+				cancel()
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					require.ErrorIs(t, err, context.Canceled)
+				}
+				return got
+			}
+			bound := 3*int64(window/gap)*3/2 + 10
+			limited := polls(t, gap)
+			unbounded := polls(t, time.Nanosecond)
+			t.Logf("%s: round trips in %v with %d waiters: %d with a poll slot every %v (bound %d), %d without a bound", kind, window, n, limited, gap, bound, unbounded)
+			require.LessOrEqual(t, limited, bound, "the Locker's polls stay within its poll rate")
+			require.GreaterOrEqual(t, limited, int64(window/gap)/4, "the slots go to the waiters: none is left idle (a wake-up of every waiter when the listener connects leaves none)")
+			require.Greater(t, unbounded, 4*bound, "control: without the bound the waiters poll many times more")
+		})
+	}
 }

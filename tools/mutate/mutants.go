@@ -469,7 +469,7 @@ var Mutants = []Mutant{
 	{
 		Name: "session-queue-same-locker-unrefreshed", Area: "session",
 		File:    "pgadvisory/session_queue.go",
-		Search:  "\t\t\treturn nil, false, false, p.queueRefresh(ctx, l, q)",
+		Search:  "\t\treturn nil, false, false, p.queueRefresh(ctx, l, q)",
 		Replace: "\t\t\treturn nil, false, false, nil",
 		Promise: "a waiter whose key another call of its Locker holds keeps its place in the queue",
 		Pkgs:    pgadvisory, Run: "^TestSessionQueuedSameLockerKeepsPlace$",
@@ -477,8 +477,8 @@ var Mutants = []Mutant{
 	{
 		Name: "poll-gate-unbounded", Area: "session",
 		File:    "pgadvisory/poll_gate.go",
-		Search:  "\tg.next = slot.Add(gap)\n",
-		Replace: "\tg.next = slot\n",
+		Search:  "\tif len(g.line) == 0 && now.Sub(g.last) >= g.spacing() {\n",
+		Replace: "\tif true {\n",
 		Promise: "a Locker's waiters send at most its poll rate of poll statements per second, however many wait",
 		Pkgs:    pgadvisory, Run: "^TestSessionQueuedPollsBounded$",
 	},
@@ -493,10 +493,26 @@ var Mutants = []Mutant{
 	{
 		Name: "poll-gate-refresh-waits-for-slot", Area: "waiting",
 		File:    "pgadvisory/poll_gate.go",
-		Search:  "\t\tat = refreshBy // the row's refresh cannot wait for the slot\n",
-		Replace: "\t\t// mutant: the slot comes first\n",
+		Search:  "\tif !refreshBy.IsZero() {\n",
+		Replace: "\tif false {\n",
 		Promise: "a waiter whose row would expire before its poll slot refreshes the row in time: it keeps its turn behind a poll backlog",
 		Pkgs:    pgadvisory, Run: "^TestQueuedRowOutlivesPollBacklog$",
+	},
+	{
+		Name: "poll-gate-idle-slots", Area: "waiting",
+		File:    "pgadvisory/poll_gate.go",
+		Search:  "\t\t\tg.line = append(g.line[:i:i], g.line[i+1:]...)\n",
+		Replace: "\t\t\t_ = i // mutant: the ticket stays in line\n",
+		Promise: "a waiter that stops waiting for its poll slot (woken, ctx, timeout) leaves the line: the slots go on to the waiters still waiting, none is left idle",
+		Pkgs:    pgadvisory, Run: "^(TestPollGateWokenLeaveNoIdleSlots|TestLimitedPollsBounded)$",
+	},
+	{
+		Name: "limited-polls-ungated", Area: "limited",
+		File:    "pgadvisory/limited.go",
+		Search:  "\t\tif c.locker == nil {\n\t\t\treturn nil\n\t\t}\n\t\t// A poll: it waits for the Locker's next poll slot.\n",
+		Replace: "\t\tif true {\n\t\t\treturn nil\n\t\t}\n\t\t// A poll: it waits for the Locker's next poll slot.\n",
+		Promise: "a Locker's waiting limited calls send at most its poll rate of poll tries per second, however many wait",
+		Pkgs:    pgadvisory, Run: "^TestLimitedPollsBounded$",
 	},
 	{
 		Name: "wait-try-expiry-from-start", Area: "waiting",
