@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,33 +117,25 @@ func TestLeaseScaleChildProcess(t *testing.T) {
 
 // leaseScaleChild is a running candidate process.
 type leaseScaleChild struct {
+	*childProcess
 	app   string
-	cmd   *exec.Cmd
-	in    io.WriteCloser
 	stats chan [2]int64
 	mu    sync.Mutex
-	bad   []string // its "error" and "lost" lines
-	done  chan struct{}
+	bad   []string      // its "error" and "lost" lines
+	done  chan struct{} // closed when its stdout ends
 }
 
 // startLeaseScaleChild starts a candidate process for keys first..first+n-1.
 func startLeaseScaleChild(t *testing.T, app string, first int64, n int, ttl time.Duration) *leaseScaleChild {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLeaseScaleChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), leaseScaleURL+"="+testdb.URL(t), fmt.Sprintf("%s=%d,%d,%v,%s", leaseScaleSpec, first, n, ttl, app))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &leaseScaleChild{app: app, cmd: cmd, in: in, stats: make(chan [2]int64, 4), done: make(chan struct{})}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-c.done })
+	c := &leaseScaleChild{
+		childProcess: startChild(t, "TestLeaseScaleChildProcess", leaseScaleURL+"="+testdb.URL(t),
+			fmt.Sprintf("%s=%d,%d,%v,%s", leaseScaleSpec, first, n, ttl, app)),
+		app: app, stats: make(chan [2]int64, 4), done: make(chan struct{}),
+	}
 	go func() {
 		defer close(c.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l := sc.Text()
+		for l := range c.lines {
 			var s [2]int64
 			if _, err := fmt.Sscanf(l, "stats %d %d", &s[0], &s[1]); err == nil {
 				c.stats <- s
@@ -156,7 +147,6 @@ func startLeaseScaleChild(t *testing.T, app string, first int64, n int, ttl time
 				c.mu.Unlock()
 			}
 		}
-		_ = cmd.Wait()
 	}()
 	return c
 }

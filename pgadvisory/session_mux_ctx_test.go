@@ -40,18 +40,9 @@ func TestSessionSharedStatementEndsWithCtx(t *testing.T) {
 			key, other, free := testdb.Key(t), testdb.Key(t), testdb.Key(t)
 			endOther, lostOther := holdShared(t, ctx, d, other, opts...)
 
-			sc.stall(true)
 			lctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			done := make(chan error, 1)
-			var ran atomic.Bool
-			go func() {
-				done <- d.Lead(lctx, pgadvisory.ID(key), func(context.Context, int64) error {
-					ran.Store(true)
-					return nil
-				}, opts...)
-			}()
-			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+			done, ran := stalledLead(t, sc, lctx, d, key, opts)
 			require.Equal(t, w.Holder(t, other).PID, w.Holder(t, key).PID, "one shared connection")
 
 			// Queued behind the election: returns at its deadline.
@@ -91,20 +82,7 @@ func TestSessionSharedStatementEndsWithCtx(t *testing.T) {
 			}))
 
 			// CONTROL: a live ctx waits for the election.
-			sc.stall(true)
-			var term atomic.Int64
-			go func() {
-				done <- d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, tm int64) error { term.Store(tm); return nil }, opts...)
-			}()
-			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond)
-			select {
-			case err := <-done:
-				t.Fatalf("the control's Lead returned while its election waited: %v", err)
-			case <-time.After(500 * time.Millisecond):
-			}
-			sc.stall(false)
-			require.NoError(t, frontdoor.Await(t, done, "the control's Lead"))
-			require.Positive(t, term.Load())
+			liveLeadWaits(t, sc, ctx, d, key, opts, func() {})
 
 			select {
 			case <-lostOther:
@@ -141,18 +119,9 @@ func TestSessionSharedAloneStatementEndsWithCtx(t *testing.T) {
 			d := proxiedClusterDoor(t, sc.c, drv, "elector", sc.px).WithLocker(pgadvisory.WithSessionConns(1))
 			key := testdb.Key(t)
 
-			sc.stall(true)
 			lctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			done := make(chan error, 1)
-			var ran atomic.Bool
-			go func() {
-				done <- d.Lead(lctx, pgadvisory.ID(key), func(context.Context, int64) error {
-					ran.Store(true)
-					return nil
-				}, opts...)
-			}()
-			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+			done, ran := stalledLead(t, sc, lctx, d, key, opts)
 			abandoned := w.Holder(t, key).PID
 
 			cancel()
@@ -175,23 +144,46 @@ func TestSessionSharedAloneStatementEndsWithCtx(t *testing.T) {
 
 			// CONTROL: a live ctx waits for the election, on another backend
 			// (the abandoned one's connection was closed).
-			sc.stall(true)
-			var term atomic.Int64
-			go func() {
-				done <- d.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, tm int64) error { term.Store(tm); return nil }, opts...)
-			}()
-			require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond)
-			require.NotEqual(t, abandoned, w.Holder(t, key).PID, "the abandoned election's connection was closed")
-			select {
-			case err := <-done:
-				t.Fatalf("the control's Lead returned while its election waited: %v", err)
-			case <-time.After(500 * time.Millisecond):
-			}
-			sc.stall(false)
-			require.NoError(t, frontdoor.Await(t, done, "the control's Lead"))
-			require.Positive(t, term.Load())
+			liveLeadWaits(t, sc, ctx, d, key, opts, func() {
+				require.NotEqual(t, abandoned, w.Holder(t, key).PID, "the abandoned election's connection was closed")
+			})
 			require.Empty(t, w.Holds(t, key))
 			frontdoor.RequireIdle(t, d)
 		})
 	}
+}
+
+// stalledLead stalls sc's synchronous standby and starts d.Lead on key
+// with ctx, returning once the election's commit waits for the standby:
+// the Lead's result, and whether its fn ran.
+func stalledLead(t *testing.T, sc stallable, ctx context.Context, d frontdoor.Door, key int64, opts []pgadvisory.Option) (<-chan error, *atomic.Bool) {
+	t.Helper()
+	sc.stall(true)
+	done := make(chan error, 1)
+	ran := new(atomic.Bool)
+	go func() {
+		done <- d.Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
+			ran.Store(true)
+			return nil
+		}, opts...)
+	}()
+	require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+	return done, ran
+}
+
+// liveLeadWaits is the control of a stalled election: a Lead with a live
+// ctx is still waiting well past the grace a canceled call gets (while
+// stalled runs its checks), and is elected once the standby is back.
+func liveLeadWaits(t *testing.T, sc stallable, ctx context.Context, d frontdoor.Door, key int64, opts []pgadvisory.Option, stalled func()) {
+	t.Helper()
+	done, ran := stalledLead(t, sc, ctx, d, key, opts)
+	stalled()
+	select {
+	case err := <-done:
+		t.Fatalf("the control's Lead returned while its election waited: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	sc.stall(false)
+	require.NoError(t, frontdoor.Await(t, done, "the control's Lead"))
+	require.True(t, ran.Load(), "the control was elected")
 }

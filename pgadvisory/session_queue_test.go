@@ -206,12 +206,7 @@ func TestSessionWaitNewcomerQueuesBehind(t *testing.T) {
 	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 		ctx := testdb.Context(t)
 		lockID := testdb.Key(t)
-		release := holdSession(t, admin, lockID)
-		var seq int64
-		var granted bool
-		require.NoError(t, admin.QueryRowContext(ctx, `SELECT granted, seq FROM pgadvisory.wait_try($1, NULL, 60000)`, lockID).Scan(&granted, &seq))
-		require.False(t, granted)
-		release()
+		seq := queueLiveWaiter(t, admin, lockID)
 
 		ran := false
 		fn := func(context.Context) error { ran = true; return nil }
@@ -225,8 +220,7 @@ func TestSessionWaitNewcomerQueuesBehind(t *testing.T) {
 		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(lockID), fn), "a call without WithWait takes the free lock")
 		require.True(t, ran)
 
-		_, err = admin.ExecContext(ctx, `SELECT pgadvisory.wait_leave($1, $2)`, lockID, seq)
-		require.NoError(t, err)
+		leaveWaiter(t, admin, lockID, seq)
 		ran = false
 		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(lockID), fn, pgadvisory.WithWait(10*time.Second)), "control: the queue is empty")
 		require.True(t, ran)

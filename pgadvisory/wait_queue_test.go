@@ -379,6 +379,28 @@ func TestWaitKilledWaiter(t *testing.T) {
 	}
 }
 
+// queueLiveWaiter queues a live waiter for lockID, as a waiting call does
+// when the lock is held: a row joined by wait_try (its expiry a minute
+// ahead) on a session of admin that held the lock, then let it go. It
+// returns the row's seq.
+func queueLiveWaiter(t *testing.T, admin *sql.DB, lockID int64) int64 {
+	t.Helper()
+	release := holdSession(t, admin, lockID)
+	var seq int64
+	var granted bool
+	require.NoError(t, admin.QueryRow(`SELECT granted, seq FROM pgadvisory.wait_try($1, NULL, 60000)`, lockID).Scan(&granted, &seq))
+	require.False(t, granted)
+	release()
+	return seq
+}
+
+// leaveWaiter removes the waiter of queueLiveWaiter from lockID's queue.
+func leaveWaiter(t *testing.T, admin *sql.DB, lockID, seq int64) {
+	t.Helper()
+	_, err := admin.Exec(`SELECT pgadvisory.wait_leave($1, $2)`, lockID, seq)
+	require.NoError(t, err)
+}
+
 // TestWaitNewcomerQueuesBehind: while a live waiter is queued (a row
 // joined by wait_try on a session of the test, which then lets the lock
 // go), a new waiting call finds the lock free but does not take it: it
@@ -390,12 +412,7 @@ func TestWaitNewcomerQueuesBehind(t *testing.T) {
 	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 		ctx := testdb.Context(t)
 		lockID := testdb.Key(t)
-		release := holdSession(t, admin, lockID)
-		var seq int64
-		var granted bool
-		require.NoError(t, admin.QueryRowContext(ctx, `SELECT granted, seq FROM pgadvisory.wait_try($1, NULL, 60000)`, lockID).Scan(&granted, &seq))
-		require.False(t, granted)
-		release()
+		seq := queueLiveWaiter(t, admin, lockID)
 
 		ran := false
 		fn := func(frontdoor.Tx) error { ran = true; return nil }
@@ -405,8 +422,7 @@ func TestWaitNewcomerQueuesBehind(t *testing.T) {
 		require.NoError(t, door.RunExclusive(ctx, lockID, fn), "a call without WithWait takes the free lock")
 		require.True(t, ran)
 
-		_, err = admin.ExecContext(ctx, `SELECT pgadvisory.wait_leave($1, $2)`, lockID, seq)
-		require.NoError(t, err)
+		leaveWaiter(t, admin, lockID, seq)
 		ran = false
 		start := time.Now()
 		require.NoError(t, door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(10*time.Second)), "control: the queue is empty")
