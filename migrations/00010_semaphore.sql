@@ -18,9 +18,12 @@
 --   * A limited call takes a slot with one statement of its own, which
 --     calls no function when its first slot is free (a function call
 --     costs more than the lock itself): it tries the key of a random
---     first slot with pg_try_advisory_xact_lock, only if that one is taken
---     calls slot_try for the others, and once a slot is granted reads the
---     lock's row of slot_limit. The statement's snapshot is older than the slot's grant, so a limit
+--     first slot with pg_try_advisory_xact_lock (a session-limited call,
+--     on a shared connection: pg_try_advisory_lock), only if that one is
+--     taken calls slot_try for the others (at session level passing over,
+--     in skip, the slots other calls of its process hold on the same
+--     backend, where advisory locks are re-entrant), and once a slot is
+--     granted reads the lock's row of slot_limit. The statement's snapshot is older than the slot's grant, so a limit
 --     changed by a transaction that committed in between would be read as
 --     it was. But such a change wrote the row, so the version the
 --     statement sees then has a nonzero xmax: the statement takes n from a
