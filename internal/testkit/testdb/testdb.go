@@ -214,11 +214,27 @@ func PoolConfig(t testing.TB, adjust func(*pgxpool.Config)) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("testdb: pool: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { closePool(t, pool) })
 	if err := pool.Ping(ctx); err != nil {
 		unavailable(t, err)
 	}
 	return pool
+}
+
+// poolCloseWait bounds how long a test's pool may take to close.
+const poolCloseWait = 30 * time.Second
+
+// closePool closes pool, which waits for its connections checked out to
+// come back: one that never does (a leak) fails the test after
+// poolCloseWait instead of hanging it.
+func closePool(t testing.TB, pool *pgxpool.Pool) {
+	done := make(chan struct{})
+	go func() { pool.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(poolCloseWait):
+		t.Errorf("testdb: the pool still has %d connections checked out %v after the test ended", pool.Stat().AcquiredConns(), poolCloseWait)
+	}
 }
 
 // OpenDB wraps a pgx pool as a *sql.DB, for code that needs both front doors
