@@ -54,14 +54,7 @@ func TestSessionQueuedPollsBounded(t *testing.T) {
 	// trips of the Locker's connections over the window.
 	polls := func(t *testing.T, d time.Duration) int64 {
 		c := wirecount.New()
-		pool := testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
-			cfg.MaxConns = 4
-			cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
-			cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-		})
-		l, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithSessionConns(2), pgadvisory.WithDefaultCheckInterval(interval))
-		require.NoError(t, err)
-		pgadvisory.PollGapForTest(l, d)
+		l := gatedLocker(t, c, d, pgadvisory.WithDefaultCheckInterval(interval))
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		errs := make(chan error, n)
@@ -101,6 +94,22 @@ func TestSessionQueuedPollsBounded(t *testing.T) {
 	require.LessOrEqual(t, limited, bound, "the Locker's polls stay within its poll rate")
 	require.GreaterOrEqual(t, limited, int64(window/gap)/4, "the slots go to the waiters: none is left idle")
 	require.Greater(t, unbounded, 4*bound, "control: without the bound the waiters poll many times more")
+}
+
+// gatedLocker is a pgx Locker with 2 shared connections and poll slots d
+// apart, on a pool of 4 connections whose round trips c counts (the pool
+// does not ping: its pings would count).
+func gatedLocker(t *testing.T, c *wirecount.Counter, d time.Duration, opts ...pgadvisory.LockerOption) *pgadvisory.Locker[pgx.Tx] {
+	t.Helper()
+	pool := testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 4
+		cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
+	l, err := pgadvisory.New(pgadvisory.Pgx(pool), append([]pgadvisory.LockerOption{pgadvisory.WithSessionConns(2)}, opts...)...)
+	require.NoError(t, err)
+	pgadvisory.PollGapForTest(l, d)
+	return l
 }
 
 // queueRowsOf counts the rows of lockgen's queue for keys, live or not.
@@ -205,14 +214,7 @@ func TestLimitedPollsBounded(t *testing.T) {
 
 			polls := func(t *testing.T, d time.Duration) int64 {
 				c := wirecount.New()
-				pool := testdb.PoolConfig(t, func(cfg *pgxpool.Config) {
-					cfg.MaxConns = 4
-					cfg.ConnConfig.DialFunc = c.Dial(cfg.ConnConfig.DialFunc)
-					cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-				})
-				l, err := pgadvisory.New(pgadvisory.Pgx(pool), pgadvisory.WithSessionConns(2))
-				require.NoError(t, err)
-				pgadvisory.PollGapForTest(l, d)
+				l := gatedLocker(t, c, d)
 				wctx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				errs := make(chan error, n)

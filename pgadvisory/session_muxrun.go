@@ -224,14 +224,20 @@ func (sc *sharedConn) tried(ctx context.Context, l *muxLock, err error, granted 
 		}
 		return false, nil
 	}
-	sc.p.mu.Lock()
-	sc.locks[l] = struct{}{}
-	if c.interval < sc.armed {
-		sc.armed = c.interval
-		sc.timer.Reset(c.interval)
-	}
-	sc.p.mu.Unlock()
+	sc.hold(l)
 	return true, nil
+}
+
+// hold records l's granted locks on sc, and re-arms sc's watcher when l
+// wants a shorter check interval than the one armed.
+func (sc *sharedConn) hold(l *muxLock) {
+	sc.p.mu.Lock()
+	defer sc.p.mu.Unlock()
+	sc.locks[l] = struct{}{}
+	if l.c.interval < sc.armed {
+		sc.armed = l.c.interval
+		sc.timer.Reset(l.c.interval)
+	}
 }
 
 // unlockTaken releases the first taken locks of c's set, which its try

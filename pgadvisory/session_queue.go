@@ -206,13 +206,7 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	case standby:
 		err = c.refusal(ctx, "lock", ErrStandby, nil)
 	case ok:
-		sc.p.mu.Lock()
-		sc.locks[l] = struct{}{}
-		if c.interval < sc.armed {
-			sc.armed = c.interval
-			sc.timer.Reset(c.interval)
-		}
-		sc.p.mu.Unlock()
+		sc.hold(l)
 		sc.releaseSem()
 		if ctx.Err() != nil {
 			// Granted, but the caller gave up meanwhile.

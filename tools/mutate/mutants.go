@@ -651,7 +651,7 @@ var Mutants = []Mutant{
 	{
 		Name: "shared-no-rearm", Area: "loss",
 		File:    "pgadvisory/session_muxrun.go",
-		Search:  "\tif c.interval < sc.armed {\n",
+		Search:  "\tif l.c.interval < sc.armed {\n",
 		Replace: "\tif false {\n",
 		Promise: "a lock that wants a shorter interval than its shared connection's re-arms the check",
 		Pkgs:    pgadvisory, Run: "^TestSessionSharedSmallestInterval$",
