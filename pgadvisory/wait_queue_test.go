@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,29 @@ func holdSession(t *testing.T, admin *sql.DB, lockID int64) (release func()) {
 	return release
 }
 
+// queueWaiters starts n waiting RunExclusive calls (WithWait(0)) for
+// lockID on door, one at a time, each once the previous one is queued in
+// pgadvisory.waiter. order is the order in which their fns ran so far (by
+// the index they were started with); done gets each call's error.
+func queueWaiters(t *testing.T, ctx context.Context, door frontdoor.Door, admin *sql.DB, lockID int64, n int) (order func() []int, done <-chan error) {
+	t.Helper()
+	var mu sync.Mutex
+	var ran []int
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error {
+				mu.Lock()
+				ran = append(ran, i)
+				mu.Unlock()
+				return nil
+			}, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
+	}
+	return func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(ran) }, errs
+}
+
 // TestWaitHoldsNoConnection: 20 calls wait (WithWait(0)) for a lock held
 // elsewhere on a Locker whose pool has 4 connections. All 20 are queued in
 // pgadvisory.waiter while the server shows at most 5 connections of the
@@ -97,20 +121,7 @@ func TestWaitHoldsNoConnection(t *testing.T) {
 			release := holdSession(t, admin, lockID)
 
 			const waiters = 20
-			var mu sync.Mutex
-			var order []int
-			done := make(chan error, waiters)
-			for i := range waiters {
-				go func() {
-					done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error {
-						mu.Lock()
-						order = append(order, i)
-						mu.Unlock()
-						return nil
-					}, pgadvisory.WithWait(0))
-				}()
-				require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
-			}
+			order, done := queueWaiters(t, ctx, door, admin, lockID, waiters)
 			// Every waiter queued: count the Locker's connections a few times.
 			most := 0
 			for range 10 {
@@ -139,7 +150,7 @@ func TestWaitHoldsNoConnection(t *testing.T) {
 			for i := range want {
 				want[i] = i
 			}
-			require.Equal(t, want, order, "granted in arrival order")
+			require.Equal(t, want, order(), "granted in arrival order")
 			require.Zero(t, queueRows(t, admin, lockID), "the queue is empty")
 		})
 	}
@@ -450,20 +461,7 @@ func TestWaitThroughPgBouncer(t *testing.T) {
 					var before int
 					require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&before))
 					const waiters = 6
-					var mu sync.Mutex
-					var order []int
-					done := make(chan error, waiters)
-					for i := range waiters {
-						go func() {
-							done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error {
-								mu.Lock()
-								order = append(order, i)
-								mu.Unlock()
-								return nil
-							}, pgadvisory.WithWait(0))
-						}()
-						require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
-					}
+					order, done := queueWaiters(t, ctx, door, admin, lockID, waiters)
 					listening := func() int {
 						var n int
 						require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&n))
@@ -474,7 +472,7 @@ func TestWaitThroughPgBouncer(t *testing.T) {
 					for range waiters {
 						require.NoError(t, frontdoor.Await(t, done, "a waiter"))
 					}
-					require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order, "granted in arrival order")
+					require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order(), "granted in arrival order")
 					require.Zero(t, queueRows(t, admin, lockID))
 				})
 			}
