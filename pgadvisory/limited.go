@@ -303,6 +303,10 @@ func runLimited(ctx context.Context, c *callState, listen func(context.Context) 
 		for {
 			d, call := attempt()
 			withSlot := func() error {
+				// Granted: no longer a waiter, so that the next one is
+				// the first, whom a release wakes.
+				w.leave(sub)
+				sub = nil
 				key := d.txKey()
 				txSlots.Store(key, int(s.slot.Int32))
 				defer txSlots.Delete(key)

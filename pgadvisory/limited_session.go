@@ -116,6 +116,10 @@ func runSessionLimited(ctx context.Context, c *callState, p *sessionPool, open f
 			registered = true
 			continue
 		}
+		// Granted: no longer a waiter, so that the next one is the
+		// first, whom a release wakes.
+		w.leave(sub)
+		sub = nil
 		return runSessionSlot(ctx, workCtx, c, p, sc, l, lockID, slot, start, fn)
 	}
 }
