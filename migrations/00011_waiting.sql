@@ -24,8 +24,11 @@
 --     sends nothing; the caller then calls wait_leave). Not granted, it
 --     refreshes the call's row (expiry = clock_timestamp() + ttl) or
 --     inserts it (seq NULL, or the row was removed as expired), and the
---     caller commits that. It returns (granted, seq, head), head
---     telling whether the call is now first in the queue. On a hot standby it
+--     caller commits that. It returns (granted, seq, head, next), head
+--     telling whether the call is now first in the queue and next the
+--     seq its NOTIFY names (NULL: none sent), so that the caller, once
+--     committed, wakes that waiter at once when it is in the same process
+--     instead of waking every waiter there. On a hot standby it
 --     writes nothing and returns (false, seq): the caller refuses the
 --     standby.
 --   * A holder that did not come through the queue (a call without
@@ -91,7 +94,7 @@ GRANT SELECT ON TABLE pgadvisory.waiter TO PUBLIC;
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadvisory.wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint DEFAULT 0,
-    OUT granted boolean, OUT seq bigint, OUT head boolean)
+    OUT granted boolean, OUT seq bigint, OUT head boolean, OUT next bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -170,6 +173,7 @@ BEGIN
                 IF v_head IS NOT NULL THEN
                     PERFORM pg_catalog.pg_notify('pgadvisory_wait',
                         p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_head::pg_catalog.text);
+                    next := v_head;
                 END IF;
             END IF;
             RETURN;
@@ -198,7 +202,8 @@ COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint) IS
 '(pg_advisory_xact_lock) at most p_block_ms, half of p_ttl_ms and half of statement_timeout; granted, '
 'removes the caller''s row and notifies pgadvisory_wait '
 '(delivered at commit) when another waiter is queued; not granted, refreshes or inserts the caller''s '
-'row with an expiry of p_ttl_ms. Returns (granted, seq, head: first in the queue). SECURITY DEFINER: callers need no privilege '
+'row with an expiry of p_ttl_ms. Returns (granted, seq, head: first in the queue, next: the seq the NOTIFY names, '
+'or NULL). SECURITY DEFINER: callers need no privilege '
 'on pgadvisory.waiter.';
 
 -- +goose StatementBegin

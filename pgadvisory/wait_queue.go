@@ -61,8 +61,12 @@ import (
 // many it sends per second; the rows' expiry grows with the number of
 // its waiters (rowTTL), and so does how long a gone waiter blocks the queue.
 
-// waitPollMax bounds the polling interval of the head of a queue.
-const waitPollMax = 50 * time.Millisecond
+// The polling interval of the head of a queue: from waitPollMin, doubled
+// up to waitPollMax (variables for tests).
+var (
+	waitPollMin = time.Millisecond
+	waitPollMax = 50 * time.Millisecond
+)
 
 // waitTTL is the expiry of a queue row after each try: 3/4 of the check
 // interval, so that with waitHeartbeat a gone waiter blocks the next one
@@ -77,12 +81,12 @@ func waitHeartbeat(interval time.Duration) time.Duration { return interval / 5 }
 // wait on the server for a holder that did not come through the queue
 // (see queueState.blockMS).
 const (
-	waitTrySQL = `SELECT g.granted, pg_catalog.pg_is_in_recovery(), g.seq, g.head ` +
+	waitTrySQL = `SELECT g.granted, pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next ` +
 		`FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
 	// waitTryOnceSQL is waitTrySQL for a run-once call: it sets
 	// pgadvisory.granted for the claim that follows (see lockShape.granted).
 	waitTryOnceSQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END, ` +
-		`pg_catalog.pg_is_in_recovery(), g.seq, g.head FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
 	waitLeaveSQL = `SELECT pgadvisory.wait_leave($1::bigint, $2::bigint)`
 )
 
@@ -91,8 +95,11 @@ const waitChannel = "pgadvisory_wait"
 
 // queueState is a queued call's place in its lock's queue.
 type queueState struct {
-	seq   sql.NullInt64 // the call's row; invalid before it joined
-	head  sql.NullBool  // the last try found the call first in the queue
+	seq  sql.NullInt64 // the call's row; invalid before it joined
+	head sql.NullBool  // the last try found the call first in the queue
+	// next is the waiter that the granted try's NOTIFY names (invalid:
+	// none was sent).
+	next  sql.NullInt64
 	ttlMS int64
 	// commitTimeout bounds the COMMIT of a try that was not granted,
 	// which ctx does not interrupt (see keep).
@@ -156,7 +163,7 @@ func (q *queueState) statement(c *callState) lockStatement {
 	if q.seq.Valid {
 		seq = q.seq.Int64
 	}
-	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS()}, extra: []any{&q.seq, &q.head}}
+	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS()}, extra: []any{&q.seq, &q.head, &q.next}}
 }
 
 // rowTTL is the expiry of the call's row after its next try: ttlMS, plus
@@ -295,7 +302,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				c.locker.polls.exit()
 			}
 		}()
-		next := time.Millisecond
+		next := waitPollMin
 		for {
 			// The head of the queue, behind a holder that did not queue,
 			// may wait for it on the server in this try, if it gets a
@@ -315,11 +322,19 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				if o.end != txCommitted {
 					q.leave(ctx, c, path)
 				}
-				// The lock, if this call held it, is released: the
-				// Locker's other waiters for it try at once, NOTIFY or
-				// not (a holder that took the lock without queueing
-				// sends none).
-				c.locker.waits.wake(c.ids[0], 0, false)
+				// The lock, if this call held it, is released. Its
+				// NOTIFY, when it sent one, names the next waiter: that
+				// one tries at once if it is this Locker's (the NOTIFY
+				// itself comes back through the listener a moment later),
+				// and only that one, since the others would only refresh
+				// their rows. Otherwise (no NOTIFY: a holder that took
+				// the lock without queueing, or a rollback) the Locker's
+				// waiters for the lock all try at once.
+				if o.end == txCommitted && q.next.Valid {
+					c.locker.waits.wakeNamed(c.ids[0], q.next.Int64)
+				} else {
+					c.locker.waits.wake(c.ids[0], 0, false)
+				}
 				return c.txError(o)
 			}
 			if sub == nil {
@@ -338,7 +353,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				return err
 			}
 			if woken {
-				next = time.Millisecond
+				next = waitPollMin
 			}
 		}
 	})
@@ -511,6 +526,21 @@ func (h *waitHub) wake(id, seq int64, all bool) {
 			if named && s.seq.Load() != seq {
 				continue
 			}
+			select {
+			case s.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// wakeNamed wakes the waiter of lock id whose place is seq, if it is
+// subscribed with that place now, and no other.
+func (h *waitHub) wakeNamed(id, seq int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[id] {
+		if s.seq.Load() == seq {
 			select {
 			case s.ch <- struct{}{}:
 			default:

@@ -1,0 +1,122 @@
+package pgadvisory
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+)
+
+// TestQueuedReleaseWakesNamedWaiter: a holder that took the lock at the
+// head of its queue, with others queued behind it, wakes the next waiter
+// (the one its NOTIFY names) when it releases, and no other, in its own
+// Locker, even when that Locker does not listen (no NOTIFY reaches it, as
+// behind a pooler). Polling is switched off and the check interval is five
+// minutes, so a waiter tries only when woken.
+//
+// Steps: X holds (its first try found the queue empty); A, B and C queue in
+// that order. X releases: it came without queueing and sends no NOTIFY, so
+// it wakes all three; A takes the lock, B and C refresh their rows. A
+// releases: B runs, and C does not try (its row's expiry stays).
+func TestQueuedReleaseWakesNamedWaiter(t *testing.T) {
+	ctx, calls := pollingOff(t, &waitPollMin, &waitPollMax)
+	pool := testdb.Pool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, Migrate(ctx, db))
+	l, err := New(Pgx(pool), WithDefaultCheckInterval(5*time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	l.s.waits.mu.Lock()
+	l.s.waits.cannot = true
+	l.s.waits.mu.Unlock()
+	lock := ID(testdb.Key(t))
+
+	type call struct {
+		started, release chan struct{}
+		done             chan error
+	}
+	start := func() *call {
+		c := &call{started: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			c.done <- l.RunExclusive(ctx, lock, func(pgx.Tx) error {
+				close(c.started)
+				select {
+				case <-c.release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, WithWait(0))
+		}()
+		return c
+	}
+	runs := func(c *call, what string) {
+		t.Helper()
+		select {
+		case <-c.started:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	end := func(c *call) {
+		t.Helper()
+		close(c.release)
+		require.NoError(t, <-c.done)
+	}
+	// expiries is the queue's rows, first first: seq -> expiry.
+	expiries := func() ([]int64, map[int64]time.Time) {
+		rows, err := pool.Query(ctx, `SELECT seq, expires FROM pgadvisory.waiter WHERE lock_id = $1 ORDER BY seq`, lock.ID)
+		require.NoError(t, err)
+		defer rows.Close()
+		var seqs []int64
+		exp := map[int64]time.Time{}
+		for rows.Next() {
+			var seq int64
+			var e time.Time
+			require.NoError(t, rows.Scan(&seq, &e))
+			seqs = append(seqs, seq)
+			exp[seq] = e
+		}
+		require.NoError(t, rows.Err())
+		return seqs, exp
+	}
+	queued := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { s, _ := expiries(); return len(s) == n }, 10*time.Second, time.Millisecond)
+	}
+
+	x := start()
+	runs(x, "X did not start")
+	a := start()
+	queued(1)
+	b := start()
+	queued(2)
+	c := start()
+	queued(3)
+	seqs, before := expiries()
+	bSeq, cSeq := seqs[1], seqs[2]
+
+	end(x)
+	runs(a, "X's release did not wake A")
+	var cExpiry time.Time
+	require.Eventually(t, func() bool {
+		_, exp := expiries()
+		cExpiry = exp[cSeq]
+		return exp[bSeq].After(before[bSeq]) && cExpiry.After(before[cSeq])
+	}, 10*time.Second, time.Millisecond, "X's release (no NOTIFY) woke B and C: their rows were refreshed")
+
+	end(a)
+	runs(b, "A's release did not wake B, the waiter its NOTIFY names")
+	require.Never(t, func() bool { _, exp := expiries(); return !exp[cSeq].Equal(cExpiry) }, 300*time.Millisecond, 10*time.Millisecond,
+		"A's release woke C too: C's row was refreshed")
+	end(b)
+	runs(c, "B's release did not wake C")
+	end(c)
+}
