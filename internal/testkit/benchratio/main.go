@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./internal/testkit/benchratio [-strict] [-ratio 'A : B <= 1.05']... FILE...
+//	go run ./internal/testkit/benchratio [-strict] [-unit ns/op] [-ratio 'A : B <= 1.05']... FILE...
 //
 // The i-th result of a benchmark in the input is its i-th sample. When the
 // input comes from interleaved passes (the whole suite run N times with
@@ -13,7 +13,9 @@
 // OP one of <=, >= or ~ (within ±20% of LIMIT), or as "A : B" to show it
 // without a claim; A may be a difference "A1 - A2" (paired per pass too:
 // the extra cost of A1 over A2, measured in B); A and B are benchmark names
-// without the "Benchmark" prefix and the -GOMAXPROCS suffix. With -strict the
+// without the "Benchmark" prefix and the -GOMAXPROCS suffix. Ratios compare
+// ns/op, or the metric -unit names (a benchmark's own ReportMetric unit,
+// such as median-µs). With -strict the
 // exit status is 1 when a paired ratio misses its claim.
 package main
 
@@ -152,6 +154,7 @@ func main() {
 	var cl claims
 	flag.Var(&cl, "ratio", `a claimed ratio "A : B <= LIMIT" (repeatable)`)
 	strict := flag.Bool("strict", false, "exit 1 when a paired ratio misses its claim")
+	unit := flag.String("unit", "ns/op", "the metric the ratios compare (a unit that the benchmarks report, such as median-µs)")
 	flag.Parse()
 	res := &results{samples: map[string][]sample{}}
 	if flag.NArg() == 0 {
@@ -191,14 +194,17 @@ func main() {
 	}
 	fmt.Println()
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if *unit != "ns/op" {
+		fmt.Printf("ratios of %s\n", *unit)
+	}
 	fmt.Fprintln(tw, "ratio\tclaim\tpaired median\tpaired min–max\tof medians\tverdict\t")
 	missed := false
 	for _, c := range cl {
-		a, b := values(res.samples[c.a], "ns/op"), values(res.samples[c.b], "ns/op")
+		a, b := values(res.samples[c.a], *unit), values(res.samples[c.b], *unit)
 		n := min(len(a), len(b))
 		var minus []float64
 		if c.minus != "" {
-			minus = values(res.samples[c.minus], "ns/op")
+			minus = values(res.samples[c.minus], *unit)
 			n = min(n, len(minus))
 		}
 		if n == 0 {
