@@ -120,7 +120,7 @@ type callState struct {
 // lock_timeout.
 //
 // [Locker.RunExclusive] and [Locker.RunOnce] on one exclusive lock (not
-// [WithLocks], [WithShared], [WithFencing] or [WithReadOnly]) wait
+// [WithLocks], [WithShared] or [WithFencing]; [WithReadOnly] too) wait
 // without a connection, in arrival order, once lockgen's schema has
 // migration 00011 (see [Migrate]): the call tries first, in the round trips
 // of a call that does not wait; when the lock is held it joins the lock's
@@ -184,7 +184,10 @@ func WithLocks(ids ...int64) Option {
 }
 
 // WithReadOnly makes the lock transaction of [Locker.RunExclusive]
-// read-only (BEGIN READ ONLY). It is refused where it cannot apply: for
+// read-only (BEGIN READ ONLY; a call that waits in lockgen's queue, see
+// [WithWait], begins read-write, since its lock statement writes the
+// queue, and that statement makes the transaction read-only once the lock
+// is granted, before fn runs). It is refused where it cannot apply: for
 // session locks and leaderships (no transaction of their own), LockTx (the
 // transaction is the caller's), RunOnce (its claim is a write) and
 // [WithFencing] (publishing the token is a write).

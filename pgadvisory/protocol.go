@@ -133,7 +133,9 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		claim = c.runClaim()
 	}
 	st := c.txLockStatement(d.pipelined())
-	res, err := d.begin(ctx, txc, c.readOnly, st, claim)
+	// A queued read-only call begins read-write: its lock statement writes
+	// the queue, and makes the transaction read-only once granted.
+	res, err := d.begin(ctx, txc, c.readOnly && c.queue == nil, st, claim)
 	if c.queue != nil {
 		c.queue.unblock() // the head's wait on the server, if any, is over
 	}

@@ -107,6 +107,10 @@ func TestRoundTripsRunExclusivePgx(t *testing.T) {
 		{"plain", func(int64) []pgadvisory.Option { return nil }},
 		{"WithWait", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second)} }},
 		{"WithWait0", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(0)} }},
+		// A queued read-only call (made read-only by its lock statement).
+		{"WithWaitReadOnly", func(int64) []pgadvisory.Option {
+			return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second), pgadvisory.WithReadOnly()}
+		}},
 		{"WithShared", func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} }},
 		{"WithLocks", func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k+1, k+2)} }},
 		{"all", func(k int64) []pgadvisory.Option {
@@ -160,6 +164,9 @@ func TestRoundTripsRunExclusive(t *testing.T) {
 		"WithWait":   func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second)} },
 		"WithShared": func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} },
 		"WithLocks":  func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k+1, k+2)} },
+		"WithWaitReadOnly": func(int64) []pgadvisory.Option {
+			return []pgadvisory.Option{pgadvisory.WithWait(5 * time.Second), pgadvisory.WithReadOnly()}
+		},
 		"WithTxOptions": func(int64) []pgadvisory.Option {
 			return []pgadvisory.Option{pgadvisory.WithTxOptions(sql.TxOptions{ReadOnly: true})}
 		},

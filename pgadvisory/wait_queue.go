@@ -19,13 +19,14 @@ import (
 // Waiting without a connection, in arrival order (migrations/00011_waiting.sql).
 //
 // A transaction-lock call with WithWait on one exclusive lock (RunExclusive,
-// RunOnce; not fenced, not a set, not shared) does not wait in the server's
-// lock queue. Its first try is its lock transaction's statement
-// pgadvisory.wait_try with no place in the queue: it takes the lock, in
-// the round trips of a call that does not wait, when the lock is free and
-// nobody is queued for it. Otherwise the same statement puts the call at
-// the end of the lock's queue (a row of pgadvisory.waiter), the
-// transaction commits that row, and the connection goes back to the pool.
+// RunOnce; not fenced, not a set, not shared; read-only too) does not
+// wait in the server's lock queue. Its first try is its lock
+// transaction's statement pgadvisory.wait_try with no place in the
+// queue: it takes the lock, in the round trips of a call that does not
+// wait, when the lock is free and nobody is queued for it. Otherwise the
+// same statement puts the call at the end of the lock's queue (a row of
+// pgadvisory.waiter), the transaction commits that row, and the
+// connection goes back to the pool.
 // The call then sleeps until it is woken or its polling interval passes,
 // and tries again (wait_try with its place): only the head of the queue
 // may take the lock, and it leaves the queue in the lock transaction.
@@ -87,6 +88,13 @@ const (
 	// pgadvisory.granted for the claim that follows (see lockShape.granted).
 	waitTryOnceSQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END, ` +
 		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+	// waitTryReadOnlySQL is waitTrySQL for a read-only call (WithReadOnly):
+	// its transaction begins read-write, since wait_try writes the queue,
+	// and is made read-only by the same statement once the lock is
+	// granted, before fn runs (PostgreSQL lets a transaction turn
+	// transaction_read_only on at any point, never off again).
+	waitTryReadOnlySQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('transaction_read_only', 'on', true) = 'on' ELSE false END, ` +
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
 	waitLeaveSQL = `SELECT pgadvisory.wait_leave($1::bigint, $2::bigint)`
 )
 
@@ -146,18 +154,22 @@ func (q *queueState) blockMS() int64 {
 
 // queued reports whether c waits in lockgen's queue rather than in the
 // server's: a waiting transaction lock on one exclusive, unfenced,
-// unlimited ID in a read-write transaction, on a Locker whose database
-// has the queue.
+// unlimited ID, on a Locker whose database has the queue. A read-only
+// call's lock statement makes its transaction read-only once granted
+// (waitTryReadOnlySQL).
 func (c *callState) queued() bool {
-	return c.wait && !c.session && !c.readOnly && !c.shared && !c.fencing && c.lim == nil && len(c.ids) == 1 &&
+	return c.wait && !c.session && !c.shared && !c.fencing && c.lim == nil && len(c.ids) == 1 &&
 		c.locker != nil && !c.locker.noQueue.Load()
 }
 
 // statement is a queued call's lock statement.
 func (q *queueState) statement(c *callState) lockStatement {
 	query := waitTrySQL
-	if c.runOnce {
+	switch {
+	case c.runOnce:
 		query = waitTryOnceSQL
+	case c.readOnly:
+		query = waitTryReadOnlySQL
 	}
 	var seq any
 	if q.seq.Valid {
@@ -314,6 +326,16 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 			if o.end == txFailed && !q.seq.Valid && noQueueSchema(o.err) {
 				// No queue in this database: wait in the server's.
 				c.locker.noQueue.Store(true)
+				c.queue = nil
+				d, call = attempt()
+				return c.txError(runTx(ctx, c, d, call))
+			}
+			if o.end == txFailed && !q.seq.Valid && SQLState(o.err) == "25006" {
+				// The session's transactions are read-only by default
+				// (default_transaction_read_only): the queue cannot be
+				// written, and lockgen does not override the setting.
+				// This call waits in the server's queue, as it did
+				// before the queue existed.
 				c.queue = nil
 				d, call = attempt()
 				return c.txError(runTx(ctx, c, d, call))

@@ -156,6 +156,142 @@ func TestWaitHoldsNoConnection(t *testing.T) {
 	}
 }
 
+// TestWaitReadOnlyQueued: read-only waiting calls (WithReadOnly) wait in
+// lockgen's queue too, holding no connection, in arrival order with
+// read-write ones: 6 calls, every other one read-only, wait for a lock held
+// elsewhere on a Locker whose pool has 4 connections; all 6 are queued
+// while the server shows at most 5 connections of the Locker and at most one
+// backend waiting for the lock (the head's). Released, they run in the
+// order they joined; each read-only one runs in a read-only transaction
+// (transaction_read_only is on, a write is refused with 25006), each
+// read-write one (the control) in a read-write one.
+func TestWaitReadOnlyQueued(t *testing.T) {
+	admin := migrated.DB(t)
+	errChecked := errors.New("read-only transaction checked")
+	for _, driver := range frontdoor.Drivers {
+		t.Run(string(driver), func(t *testing.T) {
+			ctx := testdb.Context(t)
+			lockID := testdb.Key(t)
+			app := fmt.Sprintf("waitro_%d", lockID)
+			door := queueDoor(t, driver, app, 4, orderInterval)
+			release := holdSession(t, admin, lockID)
+
+			const waiters = 6
+			var mu sync.Mutex
+			var ran []int
+			done := make(chan error, waiters)
+			for i := range waiters {
+				readOnly := i%2 == 0
+				opts := []pgadvisory.Option{pgadvisory.WithWait(0)}
+				if readOnly {
+					opts = append(opts, pgadvisory.WithReadOnly())
+				}
+				go func() {
+					done <- door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
+						mu.Lock()
+						ran = append(ran, i)
+						mu.Unlock()
+						var mode string
+						if err := tx.QueryRow(ctx, `SHOW transaction_read_only`).Scan(&mode); err != nil {
+							return err
+						}
+						if !readOnly {
+							if mode != "off" {
+								return fmt.Errorf("waiter %d (control): transaction_read_only is %q", i, mode)
+							}
+							return nil
+						}
+						if mode != "on" {
+							return fmt.Errorf("waiter %d: transaction_read_only is %q in fn", i, mode)
+						}
+						err := tx.Exec(ctx, `CREATE TEMP TABLE ro_probe (a int)`)
+						if pgadvisory.SQLState(err) != "25006" {
+							return fmt.Errorf("waiter %d: a write in fn returned %v, not 25006", i, err)
+						}
+						return errChecked // the write aborted the transaction
+					}, opts...)
+				}()
+				require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
+			}
+			for range 10 {
+				var conns, waiting int
+				require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE wait_event = 'advisory')
+					FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&conns, &waiting))
+				require.LessOrEqual(t, waiting, 1, "only the head of the queue waits in the server's queue")
+				require.LessOrEqual(t, conns, 5, "the Locker's connections while %d calls wait", waiters)
+				time.Sleep(20 * time.Millisecond)
+			}
+
+			release()
+			for i := range waiters {
+				err := frontdoor.Await(t, done, "a waiter")
+				if err != nil {
+					require.ErrorIs(t, err, errChecked, "call %d to end", i)
+				}
+			}
+			mu.Lock()
+			require.Equal(t, []int{0, 1, 2, 3, 4, 5}, ran, "granted in arrival order")
+			mu.Unlock()
+			require.Zero(t, queueRows(t, admin, lockID), "the queue is empty")
+		})
+	}
+}
+
+// TestWaitDefaultReadOnlySession: on connections whose transactions are
+// read-only by default (default_transaction_read_only = on, as a reporting
+// role may have), lockgen's queue cannot be written and lockgen does not
+// override the setting: a waiting call, read-only or not, waits in the
+// server's queue instead, as before the queue existed, and is granted when
+// the holder releases. Its fn's transaction stays read-only.
+func TestWaitDefaultReadOnlySession(t *testing.T) {
+	admin := migrated.DB(t)
+	for _, driver := range frontdoor.Drivers {
+		for _, readOnly := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/WithReadOnly=%v", driver, readOnly), func(t *testing.T) {
+				ctx := testdb.Context(t)
+				lockID := testdb.Key(t)
+				app := fmt.Sprintf("waitdro_%d", lockID)
+				pool := testdb.PoolConfig(t, func(c *pgxpool.Config) {
+					c.MaxConns = 4
+					c.ConnConfig.RuntimeParams["application_name"] = app
+					c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+				})
+				door := frontdoor.OnPool(pool)
+				if driver == frontdoor.SQL {
+					door = frontdoor.OnDB(testdb.OpenDB(t, pool))
+				}
+				release := holdSession(t, admin, lockID)
+				opts := []pgadvisory.Option{pgadvisory.WithWait(0)}
+				if readOnly {
+					opts = append(opts, pgadvisory.WithReadOnly())
+				}
+				done := make(chan error, 1)
+				go func() {
+					done <- door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
+						var mode string
+						if err := tx.QueryRow(ctx, `SHOW transaction_read_only`).Scan(&mode); err != nil {
+							return err
+						}
+						if mode != "on" {
+							return fmt.Errorf("transaction_read_only is %q in fn", mode)
+						}
+						return nil
+					}, opts...)
+				}()
+				require.Eventually(t, func() bool {
+					var waiting int
+					require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+						WHERE application_name = $1 AND wait_event = 'advisory'`, app).Scan(&waiting))
+					return waiting == 1
+				}, 30*time.Second, 2*time.Millisecond, "the call waits in the server's queue")
+				require.Zero(t, queueRows(t, admin, lockID), "nothing in lockgen's queue")
+				release()
+				require.NoError(t, frontdoor.Await(t, done, "the waiting call"))
+			})
+		}
+	}
+}
+
 // TestWaitCanceledLeavesNothing: a queued call whose ctx ends returns
 // ctx's error and removes its row; one whose WithWait timeout passes
 // returns ErrLockTimeout and removes its row; one granted whose fn fails
