@@ -31,30 +31,15 @@ import (
 //	exclusive:          RunExclusive WithWait on one lock, 1 holder + 16
 //	                    waiters in lockgen's queue (woken by NOTIFY): a
 //	                    single lock's hand-off, the baseline
-//	exclusive_server:   the same with WithReadOnly, whose waiters block
-//	                    in the server's queue (the baseline of the
-//	                    measurement before the wake-ups)
+//	bare_server:        pgx transactions of BEGIN, pg_advisory_xact_lock,
+//	                    fn, COMMIT on one lock, 1 holder + 16 waiters
+//	                    blocking in the server's queue (no lockgen)
 //
 // The claim: a slot is handed on within 2 round trips of a release where
 // NOTIFY reaches the waiter, measured as handoff-µs ÷ exclusive's.
 func BenchmarkLimitedHandoff(b *testing.B) {
 	const waiters = 16
-	pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 24 })
-	ctx := context.Background()
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		b.Fatal(err)
-	}
-	l, err := pgadvisory.New(pgadvisory.Pgx(pool))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool2 := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 12 })
-	l2, err := pgadvisory.New(pgadvisory.Pgx(pool2))
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, l, l2 := handoffLockers(b)
 	runCases(b,
 		benchCase{"limited_n3", func(b *testing.B) {
 			lock := pgadvisory.ID(testdb.Key(b))
@@ -78,13 +63,48 @@ func BenchmarkLimitedHandoff(b *testing.B) {
 				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
 			})
 		}},
-		benchCase{"exclusive_server", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			benchRelay(b, 1+waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0), pgadvisory.WithReadOnly())
-			})
+		benchCase{"bare_server", func(b *testing.B) {
+			benchRelay(b, 1+waiters, bareServerCall(pool, testdb.Key(b)))
 		}},
 	)
+}
+
+// handoffLockers are the hand-off benchmarks' Lockers: one on a migrated
+// pool of 24 connections, which it returns too, and one on another pool of
+// 12.
+func handoffLockers(b *testing.B) (*pgxpool.Pool, *pgadvisory.Locker[pgx.Tx], *pgadvisory.Locker[pgx.Tx]) {
+	b.Helper()
+	pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 24 })
+	db := stdlib.OpenDBFromPool(pool)
+	b.Cleanup(func() { _ = db.Close() })
+	if err := pgadvisory.Migrate(context.Background(), db); err != nil {
+		b.Fatal(err)
+	}
+	l, err := pgadvisory.New(pgadvisory.Pgx(pool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	l2, err := pgadvisory.New(pgadvisory.Pgx(testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 12 })))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l2.Close() })
+	return pool, l, l2
+}
+
+// bareServerCall is a caller of the relays that runs fn in a pgx
+// transaction on pool after waiting for key in the server's queue
+// (pg_advisory_xact_lock): a single lock's hand-off without lockgen.
+func bareServerCall(pool *pgxpool.Pool, key int64) func(ctx context.Context, _ int, fn func() error) error {
+	return func(ctx context.Context, _ int, fn func() error) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+				return err
+			}
+			return fn()
+		})
+	}
 }
 
 // benchRelay runs callers goroutines that call run again and again (caller

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -31,8 +29,6 @@ import (
 //	                    release's NOTIFY
 //	exclusive_queue:    RunExclusive WithWait on one lock, 1 holder + 16
 //	                    waiters in lockgen's queue (woken by NOTIFY)
-//	exclusive_server:   the same with WithReadOnly, whose waiters block in
-//	                    the server's lock queue
 //	bare_server:        pgx transactions of BEGIN, pg_advisory_xact_lock,
 //	                    fn, COMMIT, 1 holder + 16 waiters: a single lock's
 //	                    hand-off in the server's queue, no lockgen
@@ -45,24 +41,8 @@ import (
 // statement).
 func BenchmarkLimitedWakeHandoff(b *testing.B) {
 	const waiters = 16
-	pool := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 24 })
+	pool, l, l2 := handoffLockers(b)
 	ctx := context.Background()
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := pgadvisory.Migrate(ctx, db); err != nil {
-		b.Fatal(err)
-	}
-	l, err := pgadvisory.New(pgadvisory.Pgx(pool))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	pool2 := testdb.PoolConfig(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 12 })
-	l2, err := pgadvisory.New(pgadvisory.Pgx(pool2))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l2.Close()
 	runCases(b,
 		benchCase{"limited_n3", func(b *testing.B) {
 			lock := pgadvisory.ID(testdb.Key(b))
@@ -86,22 +66,8 @@ func BenchmarkLimitedWakeHandoff(b *testing.B) {
 				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
 			})
 		}},
-		benchCase{"exclusive_server", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			wakeRelay(b, 1, waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0), pgadvisory.WithReadOnly())
-			})
-		}},
 		benchCase{"bare_server", func(b *testing.B) {
-			key := testdb.Key(b)
-			wakeRelay(b, 1, waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
-						return err
-					}
-					return fn()
-				})
-			})
+			wakeRelay(b, 1, waiters, bareServerCall(pool, testdb.Key(b)))
 		}},
 		benchCase{"round_trip", func(b *testing.B) {
 			rts := make([]time.Duration, 0, b.N)
