@@ -230,74 +230,35 @@ func TestLimitedWakeChain(t *testing.T) {
 	for _, kind := range []string{"transaction", "session"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx, calls := pollingOff(t, &limitedPollMin, &limitedPollMax)
-			pool := testdb.Pool(t)
-			db := stdlib.OpenDBFromPool(pool)
-			t.Cleanup(func() { _ = db.Close() })
-			require.NoError(t, Migrate(ctx, db))
-			l, err := New(Pgx(pool))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = l.Close() })
-			l.s.waits.mu.Lock()
-			l.s.waits.cannot = true
-			l.s.waits.mu.Unlock()
+			l := migratedLocker(ctx, t, true)
 			lock := ID(testdb.Key(t))
 			lw := l.s.limitedWaiters()
-
-			type call struct {
-				started, release chan struct{}
-				done             chan error
-			}
-			start := func(opts ...Option) *call {
-				c := &call{started: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
-				hold := func() error {
-					close(c.started)
-					select {
-					case <-c.release:
-						return nil
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				calls.Add(1)
-				go func() {
-					defer calls.Done()
+			start := func(opts ...Option) *heldCall {
+				return startHeld(ctx, calls, func(hold func() error) error {
 					if kind == "transaction" {
-						c.done <- l.RunLimited(ctx, lock, 1, func(pgx.Tx) error { return hold() }, opts...)
-					} else {
-						c.done <- l.RunSessionLimited(ctx, lock, 1, func(context.Context) error { return hold() }, opts...)
+						return l.RunLimited(ctx, lock, 1, func(pgx.Tx) error { return hold() }, opts...)
 					}
-				}()
-				return c
-			}
-			runs := func(c *call, what string) {
-				t.Helper()
-				select {
-				case <-c.started:
-				case <-time.After(10 * time.Second):
-					t.Fatal(what)
-				}
+					return l.RunSessionLimited(ctx, lock, 1, func(context.Context) error { return hold() }, opts...)
+				})
 			}
 			h := start()
-			runs(h, "H did not start")
+			h.runs(t, "H did not start")
 			w1 := start(WithWait(0))
 			require.Eventually(t, func() bool { return lw.count(lock.ID) == 1 }, 10*time.Second, time.Millisecond)
 			w2 := start(WithWait(0))
 			require.Eventually(t, func() bool { return lw.count(lock.ID) == 2 }, 10*time.Second, time.Millisecond)
 
-			close(h.release)
-			require.NoError(t, <-h.done)
-			runs(w1, "H's release did not wake W1")
+			h.end(t)
+			w1.runs(t, "H's release did not wake W1")
 			require.Equal(t, 1, lw.count(lock.ID), "W1 holds its slot: W2 is the only waiter")
 			select {
 			case <-w2.started:
 				t.Fatal("control: W2 ran while W1 held the slot")
 			case <-time.After(200 * time.Millisecond):
 			}
-			close(w1.release)
-			require.NoError(t, <-w1.done)
-			runs(w2, "W1's release did not wake W2")
-			close(w2.release)
-			require.NoError(t, <-w2.done)
+			w1.end(t)
+			w2.runs(t, "W1's release did not wake W2")
+			w2.end(t)
 			require.Zero(t, lw.count(lock.ID))
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
@@ -24,51 +23,13 @@ import (
 // releases: B runs, and C does not try (its row's expiry stays).
 func TestQueuedReleaseWakesNamedWaiter(t *testing.T) {
 	ctx, calls := pollingOff(t, &waitPollMin, &waitPollMax)
-	pool := testdb.Pool(t)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, Migrate(ctx, db))
-	l, err := New(Pgx(pool), WithDefaultCheckInterval(5*time.Minute))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	l.s.waits.mu.Lock()
-	l.s.waits.cannot = true
-	l.s.waits.mu.Unlock()
+	l := migratedLocker(ctx, t, true, WithDefaultCheckInterval(5*time.Minute))
+	pool := l.d.(pgxDriver).pool
 	lock := ID(testdb.Key(t))
-
-	type call struct {
-		started, release chan struct{}
-		done             chan error
-	}
-	start := func() *call {
-		c := &call{started: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
-		calls.Add(1)
-		go func() {
-			defer calls.Done()
-			c.done <- l.RunExclusive(ctx, lock, func(pgx.Tx) error {
-				close(c.started)
-				select {
-				case <-c.release:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}, WithWait(0))
-		}()
-		return c
-	}
-	runs := func(c *call, what string) {
-		t.Helper()
-		select {
-		case <-c.started:
-		case <-time.After(10 * time.Second):
-			t.Fatal(what)
-		}
-	}
-	end := func(c *call) {
-		t.Helper()
-		close(c.release)
-		require.NoError(t, <-c.done)
+	start := func() *heldCall {
+		return startHeld(ctx, calls, func(hold func() error) error {
+			return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return hold() }, WithWait(0))
+		})
 	}
 	// expiries is the queue's rows, first first: seq -> expiry.
 	expiries := func() ([]int64, map[int64]time.Time) {
@@ -93,7 +54,7 @@ func TestQueuedReleaseWakesNamedWaiter(t *testing.T) {
 	}
 
 	x := start()
-	runs(x, "X did not start")
+	x.runs(t, "X did not start")
 	a := start()
 	queued(1)
 	b := start()
@@ -103,8 +64,8 @@ func TestQueuedReleaseWakesNamedWaiter(t *testing.T) {
 	seqs, before := expiries()
 	bSeq, cSeq := seqs[1], seqs[2]
 
-	end(x)
-	runs(a, "X's release did not wake A")
+	x.end(t)
+	a.runs(t, "X's release did not wake A")
 	var cExpiry time.Time
 	require.Eventually(t, func() bool {
 		_, exp := expiries()
@@ -112,11 +73,11 @@ func TestQueuedReleaseWakesNamedWaiter(t *testing.T) {
 		return exp[bSeq].After(before[bSeq]) && cExpiry.After(before[cSeq])
 	}, 10*time.Second, time.Millisecond, "X's release (no NOTIFY) woke B and C: their rows were refreshed")
 
-	end(a)
-	runs(b, "A's release did not wake B, the waiter its NOTIFY names")
+	a.end(t)
+	b.runs(t, "A's release did not wake B, the waiter its NOTIFY names")
 	require.Never(t, func() bool { _, exp := expiries(); return !exp[cSeq].Equal(cExpiry) }, 300*time.Millisecond, 10*time.Millisecond,
 		"A's release woke C too: C's row was refreshed")
-	end(b)
-	runs(c, "B's release did not wake C")
-	end(c)
+	b.end(t)
+	c.runs(t, "B's release did not wake C")
+	c.end(t)
 }
