@@ -42,26 +42,13 @@ func BenchmarkLimitedHandoff(b *testing.B) {
 	pool, l, l2 := handoffLockers(b)
 	runCases(b,
 		benchCase{"limited_n3", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			benchRelay(b, 3+waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return l.RunLimited(ctx, lock, 3, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
-			})
+			benchRelay(b, 3+waiters, limitedCaller(l, l, testdb.Key(b)))
 		}},
 		benchCase{"limited_n3_lockers", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			benchRelay(b, 3+waiters, func(ctx context.Context, caller int, fn func() error) error {
-				lk := l
-				if caller%2 == 1 {
-					lk = l2
-				}
-				return lk.RunLimited(ctx, lock, 3, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
-			})
+			benchRelay(b, 3+waiters, limitedCaller(l, l2, testdb.Key(b)))
 		}},
 		benchCase{"exclusive", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			benchRelay(b, 1+waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
-			})
+			benchRelay(b, 1+waiters, queuedCaller(l, testdb.Key(b)))
 		}},
 		benchCase{"bare_server", func(b *testing.B) {
 			benchRelay(b, 1+waiters, bareServerCall(pool, testdb.Key(b)))
@@ -91,6 +78,26 @@ func handoffLockers(b *testing.B) (*pgxpool.Pool, *pgadvisory.Locker[pgx.Tx], *p
 	}
 	b.Cleanup(func() { _ = l2.Close() })
 	return pool, l, l2
+}
+
+// limitedCaller is a caller of the relays that runs fn with RunLimited,
+// n = 3 and WithWait(0), on l, or on l2 when the caller's number is odd.
+func limitedCaller(l, l2 *pgadvisory.Locker[pgx.Tx], key int64) func(ctx context.Context, caller int, fn func() error) error {
+	return func(ctx context.Context, caller int, fn func() error) error {
+		lk := l
+		if caller%2 == 1 {
+			lk = l2
+		}
+		return lk.RunLimited(ctx, pgadvisory.ID(key), 3, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
+	}
+}
+
+// queuedCaller is a caller of the relays that runs fn with RunExclusive
+// and WithWait(0) on l: it waits in lockgen's queue.
+func queuedCaller(l *pgadvisory.Locker[pgx.Tx], key int64) func(ctx context.Context, caller int, fn func() error) error {
+	return func(ctx context.Context, _ int, fn func() error) error {
+		return l.RunExclusive(ctx, pgadvisory.ID(key), func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
+	}
 }
 
 // bareServerCall is a caller of the relays that runs fn in a pgx

@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
-	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // BenchmarkLimitedWakeHandoff: every slot busy and 16 callers waiting
@@ -45,26 +42,13 @@ func BenchmarkLimitedWakeHandoff(b *testing.B) {
 	ctx := context.Background()
 	runCases(b,
 		benchCase{"limited_n3", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			wakeRelay(b, 3, waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return l.RunLimited(ctx, lock, 3, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
-			})
+			wakeRelay(b, 3, waiters, limitedCaller(l, l, testdb.Key(b)))
 		}},
 		benchCase{"limited_n3_lockers", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			wakeRelay(b, 3, waiters, func(ctx context.Context, caller int, fn func() error) error {
-				lk := l
-				if caller%2 == 1 {
-					lk = l2
-				}
-				return lk.RunLimited(ctx, lock, 3, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
-			})
+			wakeRelay(b, 3, waiters, limitedCaller(l, l2, testdb.Key(b)))
 		}},
 		benchCase{"exclusive_queue", func(b *testing.B) {
-			lock := pgadvisory.ID(testdb.Key(b))
-			wakeRelay(b, 1, waiters, func(ctx context.Context, _ int, fn func() error) error {
-				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return fn() }, pgadvisory.WithWait(0))
-			})
+			wakeRelay(b, 1, waiters, queuedCaller(l, testdb.Key(b)))
 		}},
 		benchCase{"bare_server", func(b *testing.B) {
 			wakeRelay(b, 1, waiters, bareServerCall(pool, testdb.Key(b)))
