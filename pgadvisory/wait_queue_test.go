@@ -122,19 +122,10 @@ func TestWaitHoldsNoConnection(t *testing.T) {
 
 			const waiters = 20
 			order, done := queueWaiters(t, ctx, door, admin, lockID, waiters)
-			// Every waiter queued: count the Locker's connections a few times.
-			most := 0
-			for range 10 {
-				var conns, waiting int
-				require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE wait_event = 'advisory')
-					FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&conns, &waiting))
-				// The holder is a session lock, which sends no NOTIFY: the
-				// head of the queue waits for it on the server.
-				require.LessOrEqual(t, waiting, 1, "only the head of the queue waits in the server's queue")
-				most = max(most, conns)
-				time.Sleep(20 * time.Millisecond)
-			}
-			require.LessOrEqual(t, most, 5, "the Locker's connections while %d calls wait", waiters)
+			// Every waiter queued. The holder is a session lock, which
+			// sends no NOTIFY: the head of the queue waits for it on the
+			// server.
+			most := requireQueuedConns(t, admin, app, 5)
 			var listening int
 			require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE application_name = $1 AND query = 'LISTEN pgadvisory_wait'`, app).Scan(&listening))
@@ -213,14 +204,7 @@ func TestWaitReadOnlyQueued(t *testing.T) {
 				}()
 				require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
 			}
-			for range 10 {
-				var conns, waiting int
-				require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE wait_event = 'advisory')
-					FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&conns, &waiting))
-				require.LessOrEqual(t, waiting, 1, "only the head of the queue waits in the server's queue")
-				require.LessOrEqual(t, conns, 5, "the Locker's connections while %d calls wait", waiters)
-				time.Sleep(20 * time.Millisecond)
-			}
+			requireQueuedConns(t, admin, app, 5)
 
 			release()
 			for i := range waiters {
@@ -290,6 +274,25 @@ func TestWaitDefaultReadOnlySession(t *testing.T) {
 			})
 		}
 	}
+}
+
+// requireQueuedConns samples, 10 times 20ms apart, the connections of the
+// Locker whose connections name themselves app while its calls wait: at
+// most one waits for an advisory lock on the server (the head of a queue)
+// and at most most are open. It returns the most seen open.
+func requireQueuedConns(t *testing.T, admin *sql.DB, app string, most int) int {
+	t.Helper()
+	seen := 0
+	for range 10 {
+		var conns, waiting int
+		require.NoError(t, admin.QueryRow(`SELECT count(*), count(*) FILTER (WHERE wait_event = 'advisory')
+			FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&conns, &waiting))
+		require.LessOrEqual(t, waiting, 1, "only the head of the queue waits in the server's queue")
+		seen = max(seen, conns)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.LessOrEqual(t, seen, most, "the Locker's connections while its calls wait")
+	return seen
 }
 
 // TestWaitCanceledLeavesNothing: a queued call whose ctx ends returns
