@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -22,9 +24,17 @@ import (
 // to the next, this pairs the two far closer in time than interleaved
 // passes of BenchmarkLimited do. The claim: limited/exclusive <= 1.1 on
 // both front doors (the same round trips: 2 on pgx, 3 on database/sql).
+//
+// pgx_floor is the floor of that ratio in the same run: the same pairing
+// of two bare pgx transactions in RunExclusive's round trips (BEGIN and
+// the statement in one batch, then COMMIT), one whose statement is the
+// lock alone and one that also reads the lock's registered limit by its
+// primary key (pgadvisory.slot_limit), the least a limited call must do
+// more to refuse a caller whose n disagrees.
 func BenchmarkLimitedPaired(b *testing.B) {
 	ctx := context.Background()
 	_, pl, sl, pIdle, sIdle := limitedBenchLockers(b)
+	floorPool := testdb.Pool(b)
 	runCases(b,
 		benchCase{"pgx", func(b *testing.B) {
 			lock, limited := pgadvisory.ID(testdb.Key(b)), pgadvisory.ID(testdb.Key(b))
@@ -38,7 +48,38 @@ func BenchmarkLimitedPaired(b *testing.B) {
 				func() error { return sl.RunExclusive(ctx, lock, func(*sql.Tx) error { return nil }) },
 				func() error { return sl.RunLimited(ctx, limited, 3, func(*sql.Tx) error { return nil }) })
 		}},
+		benchCase{"pgx_floor", func(b *testing.B) {
+			key, limited := testdb.Key(b), pgadvisory.ID(testdb.Key(b))
+			if err := pl.RunLimited(ctx, limited, 3, func(pgx.Tx) error { return nil }); err != nil {
+				b.Fatal(err) // registers the limit the read finds
+			}
+			benchPaired(b, frontdoor.OnPool(floorPool).Idle,
+				func() error { return floorCall(ctx, floorPool, `SELECT pg_try_advisory_xact_lock($1)`, key) },
+				func() error {
+					return floorCall(ctx, floorPool, `SELECT pg_try_advisory_xact_lock($1),
+						(SELECT l.n FROM pgadvisory.slot_limit AS l WHERE l.lock_id = $2)`, key, limited.ID)
+				})
+		}},
 	)
+}
+
+// floorCall runs BEGIN and query in one batch on a connection of pool,
+// then COMMIT: the round trips of an uncontended RunExclusive on pgx, with
+// only query's server work.
+func floorCall(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var batch pgx.Batch
+	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	batch.Queue(query, args...)
+	if err := conn.SendBatch(ctx, &batch).Close(); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "COMMIT")
+	return err
 }
 
 // benchPaired runs base and op alternately (one pair per iteration, the
