@@ -21,7 +21,11 @@
 --     released) and, when another live waiter is queued, sends
 --     NOTIFY pgadvisory_wait with 'lock_id:seq' of the next one: delivered when the lock
 --     transaction commits, that is when the lock is released (a rollback
---     sends nothing; the caller then calls wait_leave). Not granted, it
+--     sends nothing; the caller then calls wait_leave). A session lock's
+--     try passes p_wake false: its statement's transaction commits at
+--     once while the session lock it takes stays held, so a NOTIFY then
+--     would wake the next waiter only to find the lock held; the session
+--     lock's unlock statement sends it instead. Not granted, it
 --     refreshes the call's row (expiry = clock_timestamp() + ttl) or
 --     inserts it (seq NULL, or the row was removed as expired), and the
 --     caller commits that. It returns (granted, seq, head, next), head
@@ -94,7 +98,7 @@ GRANT SELECT ON TABLE pgadvisory.waiter TO PUBLIC;
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadvisory.wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint DEFAULT 0,
-    OUT granted boolean, OUT seq bigint, OUT head boolean, OUT next bigint)
+    p_wake boolean DEFAULT true, OUT granted boolean, OUT seq bigint, OUT head boolean, OUT next bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -170,7 +174,7 @@ BEGIN
                  WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
                    AND w.seq OPERATOR(pg_catalog.<>) seq AND w.expires OPERATOR(pg_catalog.>) v_now
                  ORDER BY w.seq LIMIT 1;
-                IF v_head IS NOT NULL THEN
+                IF v_head IS NOT NULL AND p_wake THEN
                     PERFORM pg_catalog.pg_notify('pgadvisory_wait',
                         p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_head::pg_catalog.text);
                     next := v_head;
@@ -195,12 +199,12 @@ END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint) IS
+COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean) IS
 'lockgen waiting calls: the lock statement of a waiting transaction lock. Takes the lock '
 '(pg_try_advisory_xact_lock) only for the head of its queue (p_seq), or for a first try (p_seq NULL) '
 'when no live waiter is queued; the head finding the lock held by a holder that did not queue waits for it '
 '(pg_advisory_xact_lock) at most p_block_ms, half of p_ttl_ms and half of statement_timeout; granted, '
-'removes the caller''s row and notifies pgadvisory_wait '
+'removes the caller''s row and, unless p_wake is false, notifies pgadvisory_wait '
 '(delivered at commit) when another waiter is queued; not granted, refreshes or inserts the caller''s '
 'row with an expiry of p_ttl_ms. Returns (granted, seq, head: first in the queue, next: the seq the NOTIFY names, '
 'or NULL). SECURITY DEFINER: callers need no privilege '
@@ -241,5 +245,5 @@ COMMENT ON FUNCTION pgadvisory.wait_leave(bigint, bigint) IS
 
 -- +goose Down
 DROP FUNCTION pgadvisory.wait_leave(bigint, bigint);
-DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint);
+DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean);
 DROP TABLE pgadvisory.waiter;

@@ -39,8 +39,8 @@ var securityDefiner = map[string]string{
 	// Waiting calls: join, refresh and leave the queue of a lock, and take
 	// the lock at the head of it. Callers need no privilege on
 	// pgadvisory.waiter.
-	"pgadvisory.wait_try(bigint,bigint,bigint,bigint)": "waiting",
-	"pgadvisory.wait_leave(bigint,bigint)":             "waiting",
+	"pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean)": "waiting",
+	"pgadvisory.wait_leave(bigint,bigint)":                     "waiting",
 	// Records the caller's own backend's resigned term as it unlocks:
 	// callers need no privilege on pgadvisory.leader_resigned.
 	"pgadvisory.leader_resign(bigint,bigint)": "resign",
@@ -89,8 +89,8 @@ var publicExecute = map[string]string{
 	"pgadvisory.slot_registered(bigint)":                            "a limited call whose statement may have read its lock's limit before a change; reads, runs as the caller",
 	"pgadvisory.slot_register(bigint,integer)":                      "a limited lock's first call, or a change of its limit while no slot of the old one is held",
 	// Waiting calls (WithWait on transaction locks).
-	"pgadvisory.wait_try(bigint,bigint,bigint,bigint)": "every waiting call's tries; takes the lock only at the head of its queue",
-	"pgadvisory.wait_leave(bigint,bigint)":             "every wait that ends without the lock; removes one queue row",
+	"pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean)": "every waiting call's tries; takes the lock only at the head of its queue",
+	"pgadvisory.wait_leave(bigint,bigint)":                     "every wait that ends without the lock; removes one queue row",
 	// A session-lock leader's resignation changes only its own backend's row.
 	"pgadvisory.leader_resign(bigint,bigint)": "every session-lock resignation; records only the caller's own backend's leadership",
 }

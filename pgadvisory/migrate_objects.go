@@ -133,7 +133,7 @@ var migrationObjects = map[int64][]schemaObject{
 	11: {
 		{kind: "table", name: "pgadvisory.waiter"},
 		{kind: "sequence", name: "pgadvisory.waiter_seq_seq"},
-		{kind: "function", name: "pgadvisory.wait_try(bigint,bigint,bigint,bigint)"},
+		{kind: "function", name: "pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean)"},
 		{kind: "function", name: "pgadvisory.wait_leave(bigint,bigint)"},
 	},
 }

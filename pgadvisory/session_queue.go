@@ -57,10 +57,13 @@ func (c *callState) sessionQueued() bool {
 // connection: the try statement's columns (granted, standby, pid, guarded
 // by the pid in $4; see lockSQL) and wait_try's place and head. CASE, not
 // AND, makes pg_try_advisory_lock run only after wait_try granted.
+// wait_try sends no NOTIFY for the next waiter (p_wake false): the
+// statement's transaction commits at once, while the session lock stays
+// held until sessionUnlockWakeSQL notifies the next waiter.
 const sessionQueueTrySQL = `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) $4::pg_catalog.int4 THEN ` +
 	`CASE WHEN g.granted THEN pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8) ELSE false END END, false), ` +
 	`pg_catalog.pg_is_in_recovery(), pg_catalog.pg_backend_pid(), g.seq, g.head ` +
-	`FROM pgadvisory.wait_try($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int8, 0) AS g`
+	`FROM pgadvisory.wait_try($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int8, 0, false) AS g`
 
 // sessionWakeSQL notifies the head of lock $1's queue, if any: the
 // wake-up that a queued session lock's release sends.

@@ -3,10 +3,12 @@ package pgadvisory_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
@@ -327,6 +329,94 @@ func TestSessionQueuedSameLockerKeepsPlace(t *testing.T) {
 		require.NoError(t, frontdoor.Await(t, ends, "a candidate's end"))
 		require.NoError(t, frontdoor.Await(t, ends, "a candidate's end"))
 		require.Equal(t, []string{"same Locker", "other Locker"}, order)
+		require.Zero(t, queueRows(t, admin, key))
+	})
+}
+
+// TestSessionQueuedGrantWakesNobody: a queued session lock's grant sends
+// no wake-up. H holds a key; W1 and W2, each on a Locker of its own,
+// queue for it in that order. H's release wakes W1 (the NOTIFY names W1's
+// place). W1's try commits at once while its session lock stays held, so
+// a NOTIFY of that try would only send W2 to a try that finds the lock
+// held: none is sent. A raw connection listening on the channel shows
+// what was sent before W1's fn started; W2 runs after W1 returns.
+func TestSessionQueuedGrantWakesNobody(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		slow := pgadvisory.WithDefaultCheckInterval(time.Hour) // no polls
+		var doors [3]frontdoor.Door
+		for i := range doors {
+			doors[i], _ = muxDoor(t, drv, 1)
+			doors[i] = doors[i].WithLocker(slow)
+		}
+		key := testdb.Key(t)
+		listener, err := pgx.Connect(ctx, testdb.URL(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = listener.Close(context.Background()) })
+		_, err = listener.Exec(ctx, "LISTEN pgadvisory_wait")
+		require.NoError(t, err)
+
+		hIn, hOut := make(chan struct{}), make(chan struct{})
+		w1In, w1Out := make(chan struct{}), make(chan struct{})
+		releaseH, releaseW1 := sync.OnceFunc(func() { close(hOut) }), sync.OnceFunc(func() { close(w1Out) })
+		t.Cleanup(releaseH)
+		t.Cleanup(releaseW1)
+		ends := make(chan error, 3)
+		go func() {
+			ends <- doors[0].RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { close(hIn); <-hOut; return nil }, pgadvisory.WithWait(0))
+		}()
+		frontdoor.Await(t, hIn, "H holds the key")
+		go func() {
+			ends <- doors[1].RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { close(w1In); <-w1Out; return nil }, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return queueRows(t, admin, key) == 1 }, 10*time.Second, 5*time.Millisecond)
+		w2In := make(chan struct{})
+		go func() {
+			ends <- doors[2].RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { close(w2In); return nil }, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return queueRows(t, admin, key) == 2 }, 10*time.Second, 5*time.Millisecond)
+		var seqs []int64
+		rows, err := admin.QueryContext(ctx, "SELECT seq FROM pgadvisory.waiter WHERE lock_id = $1 ORDER BY seq", key)
+		require.NoError(t, err)
+		for rows.Next() {
+			var s int64
+			require.NoError(t, rows.Scan(&s))
+			seqs = append(seqs, s)
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, seqs, 2)
+
+		releaseH()
+		frontdoor.Await(t, w1In, "W1, woken by H's release")
+		// The listening backend sends what it was signaled for before the
+		// ready-for-query of a statement that follows.
+		_, err = listener.Exec(ctx, "SELECT 1")
+		require.NoError(t, err)
+		var named []string
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			n, err := listener.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			if strings.HasPrefix(n.Payload, fmt.Sprint(key, ":")) {
+				named = append(named, n.Payload)
+			}
+		}
+		require.Equal(t, []string{fmt.Sprint(key, ":", seqs[0])}, named,
+			"H's release named W1 (the head); W1's grant named nobody")
+		select {
+		case <-w2In:
+			t.Fatal("W2 ran while W1 held the key")
+		default:
+		}
+		releaseW1()
+		frontdoor.Await(t, w2In, "W2, woken by W1's release")
+		for range 3 {
+			require.NoError(t, frontdoor.Await(t, ends, "a call's end"))
+		}
 		require.Zero(t, queueRows(t, admin, key))
 	})
 }

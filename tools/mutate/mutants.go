@@ -539,6 +539,22 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^TestQueuedReleaseWakesNamedWaiter$",
 	},
 	{
+		Name: "session-grant-wakes-next", Area: "waiting",
+		File:    "pgadvisory/session_queue.go",
+		Search:  "$3::pg_catalog.int8, 0, false) AS g`",
+		Replace: "$3::pg_catalog.int8, 0, true) AS g`",
+		Promise: "a queued session lock's grant wakes nobody: the next waiter is woken by the unlock, not sent to a try that finds the lock held",
+		Pkgs:    pgadvisory, Run: "^TestSessionQueuedGrantWakesNobody$",
+	},
+	{
+		Name: "wait-try-ignores-no-wake", Area: "waiting",
+		File:    "migrations/00011_waiting.sql",
+		Search:  "                IF v_head IS NOT NULL AND p_wake THEN\n",
+		Replace: "                IF v_head IS NOT NULL THEN\n",
+		Promise: "wait_try sends no NOTIFY for the next waiter when its caller, a session lock's try, asks for none",
+		Pkgs:    pgadvisory, Run: "^TestSessionQueuedGrantWakesNobody$",
+	},
+	{
 		Name: "queue-read-only-in-server-queue", Area: "waiting",
 		File:    "pgadvisory/wait_queue.go",
 		Search:  "\treturn c.wait && !c.session && !c.shared && !c.fencing && c.lim == nil",
