@@ -294,8 +294,8 @@ func (sc *sharedConn) trySlotLocked(ctx context.Context, l *muxLock, lockID int6
 		switch {
 		case err != nil:
 			sc.slotFailed(bgCtx, c.checkTimeout, keys, free, err)
-		case a.pid != sc.pid:
-			sc.fail(fmt.Errorf("backend changed from pid %d to %d", sc.pid, a.pid))
+		case a.pid != sc.pid || a.standby:
+			_ = sc.answeredBy(a.pid, a.standby) // closes sc
 		case a.granted:
 			query, qargs := unlockIDsSQL([]int64{keys[a.slot.Int32]}, false)
 			var released int64
@@ -326,16 +326,16 @@ func (sc *sharedConn) slotTried(ctx context.Context, l *muxLock, lockID int64, f
 		}
 		return c.failure(ctx, "lock", err)
 	}
-	if !a.granted || a.pid != sc.pid {
+	if !a.granted || a.pid != sc.pid || a.standby {
 		a.granted = false
-		_, err = sc.tried(ctx, l, nil, false, a.pid, 0) // refuses a changed pid
+		_, err = sc.tried(ctx, l, nil, false, a.standby, a.pid, 0) // refuses a changed pid, a standby
 		return err
 	}
 	c.ids = []int64{c.lim.slotKeys(lockID)[a.slot.Int32]}
 	sc.p.mu.Lock()
 	sc.p.register(c)
 	sc.p.mu.Unlock()
-	_, err = sc.tried(ctx, l, nil, true, a.pid, 0)
+	_, err = sc.tried(ctx, l, nil, true, false, a.pid, 0)
 	return err
 }
 

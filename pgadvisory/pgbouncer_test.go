@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,6 +145,70 @@ func TestPgBouncerRefusesSessionLocks(t *testing.T) {
 				})
 				require.NoError(t, err, d.Label())
 				require.Zero(t, len(witness.Of(e.direct).Holds(t, key)), d.Label())
+			}
+		})
+	}
+}
+
+// TestPgBouncerBehindADirectLocker: a Locker that found its pool's
+// connections direct to the server opens later shared connections without
+// checking them. When the same address then leads to PgBouncer in
+// transaction mode (a pooler put in front of the database), the first
+// lock statement's pid guard keeps it from taking the lock on whatever
+// backend PgBouncer lends, and the call is refused with
+// ErrTransactionPooler; the next connection is checked again, and the
+// call refused before any lock statement, as without the shortcut.
+func TestPgBouncerBehindADirectLocker(t *testing.T) {
+	ctx := testdb.Context(t)
+	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction") + "&default_query_exec_mode=exec"
+	direct, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	directAddr := net.JoinHostPort(direct.Host, strconv.Itoa(int(direct.Port)))
+	var toPooler atomic.Bool
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !toPooler.Load() {
+			addr = directAddr
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	poolCfg, err := pgxpool.ParseConfig(bouncer)
+	require.NoError(t, err)
+	poolCfg.ConnConfig.DialFunc = dial
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	connCfg, err := pgx.ParseConfig(bouncer)
+	require.NoError(t, err)
+	connCfg.DialFunc = dial
+	db := stdlib.OpenDB(*connCfg)
+	t.Cleanup(func() { _ = db.Close() })
+	w := witness.Of(testdb.DB(t))
+	for _, d := range []frontdoor.Door{frontdoor.OnDB(db), frontdoor.OnPool(pool)} {
+		t.Run(d.Label(), func(t *testing.T) {
+			closeIdle := func() {
+				if d.Driver == frontdoor.SQL {
+					db.SetMaxIdleConns(0)
+					db.SetMaxIdleConns(2)
+				} else {
+					pool.Reset()
+				}
+			}
+			key := testdb.Key(t)
+			toPooler.Store(false)
+			closeIdle()
+			require.NoError(t, d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }),
+				"control: direct; the check finds the pool direct")
+			closeIdle()
+			toPooler.Store(true)
+			for _, op := range []pgadvisory.Op{pgadvisory.OpLock, pgadvisory.OpBegin} {
+				called := false
+				err := d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil })
+				require.ErrorIs(t, err, pgadvisory.ErrTransactionPooler)
+				require.False(t, called, "fn ran behind a transaction pooler")
+				var pe *pgadvisory.Error
+				require.ErrorAs(t, err, &pe)
+				require.Equal(t, op, pe.Op, "unchecked: refused by the lock statement's answer; then checked: before it")
+				require.Empty(t, w.Holds(t, key), "no lock left on a server connection")
 			}
 		})
 	}

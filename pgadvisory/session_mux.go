@@ -59,6 +59,10 @@ type sessionPool struct {
 	max   int
 	conns []*sharedConn
 	held  map[int64]*keyHold
+	// direct: a connection of the pool was checked and found to be a
+	// direct one to a primary (its announced pid the server's own). The
+	// pool's later connections then skip the check (see openConn).
+	direct bool
 }
 
 // keyHold counts the calls of this process that hold or are taking a key.
@@ -190,6 +194,9 @@ type sharedConn struct {
 	pid     int32
 	pooled  error // a pooler in transaction or session mode, else nil
 	standby bool
+	// unchecked: opened without the check, its pid the announced one (see
+	// sessionPool.direct); the first statement's answer confirms it.
+	unchecked bool
 
 	// Under p.mu.
 	users int                   // calls placed on it, holding a lock or taking one
@@ -245,11 +252,31 @@ func (sc *sharedConn) openConn(octx context.Context) {
 	if !known {
 		announced = 0
 	}
+	sc.p.mu.Lock()
+	direct := sc.p.direct
+	sc.p.mu.Unlock()
+	if known && direct {
+		// Another connection of the pool was found direct to a primary:
+		// take the announced pid as the backend's without a round trip.
+		// Every statement of a lock on a shared connection is guarded by
+		// that pid and reports the server's pid and whether it is a
+		// standby, so a pooler or a standby behind the same address is
+		// still refused, by the first statement (see tried and queueTry).
+		sc.pid = int32(announced)
+		sc.unchecked = true
+		sc.finishOpen(conn)
+		return
+	}
 	var unlifted sql.NullString
 	if err := conn.simpleQueryRow(octx, sessionProbeSQL(announced, false), &sc.pid, &sc.standby, &unlifted); err != nil {
 		conn.discard()
 		fail(func(ctx context.Context, c *callState) error { return c.sessionFailure(ctx, "begin", err) })
 		return
+	}
+	if known && announced == uint32(sc.pid) && !sc.standby {
+		sc.p.mu.Lock()
+		sc.p.direct = true
+		sc.p.mu.Unlock()
 	}
 	if known && announced != uint32(sc.pid) {
 		kind, detail, err := probePooler(octx, conn, sc.pid, announced)
@@ -265,6 +292,12 @@ func (sc *sharedConn) openConn(octx context.Context) {
 		}
 		sc.pooled = detail
 	}
+	sc.finishOpen(conn)
+}
+
+// finishOpen makes conn, opened and checked, sc's connection and arms its
+// watcher, or gives it back if every call placed on sc gave up meanwhile.
+func (sc *sharedConn) finishOpen(conn sessionConn) {
 	sc.p.mu.Lock()
 	sc.conn = conn
 	abandoned := sc.users == 0 // every call placed on it gave up meanwhile

@@ -181,7 +181,7 @@ func (sc *sharedConn) tryLocked(ctx context.Context, l *muxLock, unreserve func(
 		dest = append(dest, &taken)
 	}
 	abandoned, err = sc.call(ctx, l, c.checkTimeout, func(err error) {
-		if kept, _ := sc.tried(bgCtx, l, err, ok, pid, taken); kept {
+		if kept, _ := sc.tried(bgCtx, l, err, ok, standby, pid, taken); kept {
 			_ = sc.p.unlockLocked(bgCtx, sc, l)
 		}
 		sc.releaseSem()
@@ -191,15 +191,16 @@ func (sc *sharedConn) tryLocked(ctx context.Context, l *muxLock, unreserve func(
 	if abandoned {
 		return false, true, err
 	}
-	granted, err = sc.tried(ctx, l, err, ok, pid, taken)
+	granted, err = sc.tried(ctx, l, err, ok, standby, pid, taken)
 	return granted, false, err
 }
 
-// tried is what the try statement's answer (err, granted, the backend
-// pid, and for a set not granted whole the number of its locks taken) makes
-// of l's locks on sc, in the turn: granted, they are added to sc's locks;
-// not granted, the locks the statement took are given back.
-func (sc *sharedConn) tried(ctx context.Context, l *muxLock, err error, granted bool, pid int32, taken int64) (bool, error) {
+// tried is what the try statement's answer (err, granted, whether the
+// server is a standby, the backend pid, and for a set not granted whole
+// the number of its locks taken) makes of l's locks on sc, in the turn:
+// granted, they are added to sc's locks; not granted, the locks the
+// statement took are given back.
+func (sc *sharedConn) tried(ctx context.Context, l *muxLock, err error, granted, standby bool, pid int32, taken int64) (bool, error) {
 	c := l.c
 	if err != nil {
 		if pooled := pooledStatementError(err); pooled != nil {
@@ -213,10 +214,8 @@ func (sc *sharedConn) tried(ctx context.Context, l *muxLock, err error, granted 
 		}
 		return false, c.failure(ctx, "lock", err)
 	}
-	if pid != sc.pid {
-		err := fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid)
-		sc.fail(err)
-		return false, c.refusal(ctx, "lock", ErrTransactionPooler, err)
+	if err := sc.answeredBy(pid, standby); err != nil {
+		return false, err(ctx, c)
 	}
 	if !granted {
 		if len(c.ids) > 1 {
@@ -226,6 +225,34 @@ func (sc *sharedConn) tried(ctx context.Context, l *muxLock, err error, granted 
 	}
 	sc.hold(l)
 	return true, nil
+}
+
+// answeredBy checks the backend pid and the standby flag that a lock
+// statement on sc reported. A pid other than sc's is a pooler; a standby
+// is reached only by a connection opened without the check (admit refuses
+// a checked one), and whatever its statement took there is given up with
+// the session. Either way sc is closed, the pool's connections are
+// checked again as they open, and the returned function makes the call's
+// refusal; nil: sc's backend, on a primary.
+func (sc *sharedConn) answeredBy(pid int32, standby bool) func(context.Context, *callState) error {
+	if pid == sc.pid && !standby {
+		return nil
+	}
+	sc.p.mu.Lock()
+	sc.p.direct = false
+	sc.p.mu.Unlock()
+	if pid != sc.pid {
+		err := fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid)
+		if sc.unchecked {
+			err = fmt.Errorf("the connection announced backend pid %d but its statements run on pid %d", sc.pid, pid)
+		}
+		sc.fail(err)
+		return func(ctx context.Context, c *callState) error {
+			return c.refusal(ctx, "lock", ErrTransactionPooler, err)
+		}
+	}
+	sc.fail(errors.New("its server is a standby"))
+	return func(ctx context.Context, c *callState) error { return c.refusal(ctx, "lock", ErrStandby, nil) }
 }
 
 // hold records l's granted locks on sc, and re-arms sc's watcher when l

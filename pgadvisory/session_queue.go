@@ -3,7 +3,6 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -203,11 +202,10 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 			}
 			err = c.failure(ctx, "lock", err)
 		}
-	case pid != sc.pid:
-		sc.fail(fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
-		err = c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", sc.pid, pid))
-	case standby:
-		err = c.refusal(ctx, "lock", ErrStandby, nil)
+	case pid != sc.pid || standby:
+		// wait_try took nothing on a standby, and the pid guard kept
+		// pg_try_advisory_lock from running on another backend.
+		err = sc.answeredBy(pid, standby)(ctx, c)
 	case ok:
 		sc.hold(l)
 		sc.releaseSem()

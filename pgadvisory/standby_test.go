@@ -3,11 +3,15 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
@@ -100,6 +104,67 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, serverLocks(t, holder, key), "the primary still holds the key")
+
+	// A Locker that found its pool's connections direct to a primary opens
+	// later shared connections without checking them; one that reaches the
+	// standby behind the same address (a failover, a DNS change) is still
+	// refused, by the answer of its first lock statement, and gives up
+	// whatever that statement took there.
+	var toStandby atomic.Bool
+	standbyCfg, err := pgx.ParseConfig(standby.URL())
+	require.NoError(t, err)
+	standbyAddr := net.JoinHostPort(standbyCfg.Host, strconv.Itoa(int(standbyCfg.Port)))
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if toStandby.Load() {
+			addr = standbyAddr
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	poolCfg, err := pgxpool.ParseConfig(primary.URL())
+	require.NoError(t, err)
+	poolCfg.ConnConfig.DialFunc = dial
+	switching, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(switching.Close)
+	connCfg, err := pgx.ParseConfig(primary.URL())
+	require.NoError(t, err)
+	connCfg.DialFunc = dial
+	switchingDB := stdlib.OpenDB(*connCfg)
+	t.Cleanup(func() { _ = switchingDB.Close() })
+	free := testdb.Key(t)
+	for _, d := range []frontdoor.Door{frontdoor.OnDB(switchingDB), frontdoor.OnPool(switching)} {
+		closeIdle := func() {
+			if d.Driver == frontdoor.SQL {
+				switchingDB.SetMaxIdleConns(0)
+				switchingDB.SetMaxIdleConns(2)
+			} else {
+				switching.Reset()
+			}
+		}
+		for _, entry := range entries[1:4] { // RunSession (a try), RunSession_dedicated's slot skipped below, Lead
+			if entry.name == "RunSession_dedicated" {
+				entry.name, entry.run = "RunSession_queued", func(d frontdoor.Door, called *bool) error {
+					return d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { *called = true; return nil }, pgadvisory.WithWait(time.Second))
+				}
+			}
+			t.Run(d.Label()+"/unchecked/"+entry.name, func(t *testing.T) {
+				toStandby.Store(false)
+				closeIdle()
+				require.NoError(t, d.RunSession(ctx, pgadvisory.ID(free), func(context.Context) error { return nil }),
+					"control: on the primary; the check finds the pool direct")
+				closeIdle()
+				toStandby.Store(true)
+				called := false
+				err := entry.run(d, &called)
+				require.ErrorIs(t, err, pgadvisory.ErrStandby)
+				require.False(t, called, "fn ran on a standby")
+				require.Zero(t, serverLocks(t, raw, key), "nothing stays locked on the standby")
+				called = false
+				require.ErrorIs(t, entry.run(d, &called), pgadvisory.ErrStandby, "the next connection is checked")
+				require.False(t, called)
+			})
+		}
+	}
 }
 
 // connectTo opens a pgx connection, closed when t ends.
