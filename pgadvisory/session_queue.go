@@ -173,20 +173,23 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	if q.seq.Valid {
 		prev = q.seq.Int64
 	}
+	// When the call is abandoned the callback runs after queueTry has
+	// returned, and that return set sc, a named result, to nil.
+	conn := sc
 	abandoned, err = sc.call(ctx, l, c.checkTimeout, func(err error) {
-		if err == nil && ok && pid == sc.pid {
-			sc.p.mu.Lock()
-			sc.locks[l] = struct{}{}
-			sc.p.mu.Unlock()
+		if err == nil && ok && pid == conn.pid {
+			conn.p.mu.Lock()
+			conn.locks[l] = struct{}{}
+			conn.p.mu.Unlock()
 			c.queuedSession = true
-			_ = sc.p.unlockLocked(bgCtx, sc, l)
+			_ = conn.p.unlockLocked(bgCtx, conn, l)
 		} else if err == nil && seq.Valid {
 			var left bool
-			_ = sc.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], seq.Int64}, &left)
+			_ = conn.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], seq.Int64}, &left)
 		}
-		sc.releaseSem()
+		conn.releaseSem()
 		unreserve()
-		sc.leave()
+		conn.leave()
 	}, sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}, &ok, &standby, &pid, &seq, &head)
 	if abandoned {
 		return nil, false, true, c.failure(ctx, "lock", err)

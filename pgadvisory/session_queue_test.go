@@ -2,6 +2,7 @@ package pgadvisory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -418,5 +419,70 @@ func TestSessionQueuedGrantWakesNobody(t *testing.T) {
 			require.NoError(t, frontdoor.Await(t, ends, "a call's end"))
 		}
 		require.Zero(t, queueRows(t, admin, key))
+	})
+}
+
+// TestSessionQueuedTryAbandoned: a queued session lock whose ctx ends
+// while its try's statement runs on a shared connection that carries
+// another call's lock returns at once and leaves the statement to the
+// background, which ends it after the call has returned (here the code
+// once read the call's result there, nil by then, and crashed). The try
+// is held up by the test's row lock on the call's queue row (wait_try
+// refreshes it); the call's ctx is canceled meanwhile; the row lock is let
+// go. The call returned context.Canceled; once the statement ended its
+// place is given back, the neighbour kept its lock, nothing else is held,
+// and the key is free for the next call.
+func TestSessionQueuedTryAbandoned(t *testing.T) {
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		door, _ := muxDoor(t, drv, -1)
+		// One shared connection, for the waiter and its neighbour; a try
+		// every 20ms.
+		door = door.WithLocker(pgadvisory.WithSessionConns(1), pgadvisory.WithDefaultCheckInterval(100*time.Millisecond))
+		key, other := testdb.Key(t), testdb.Key(t)
+		release := holdSession(t, admin, key)
+		endOther, lostOther := holdShared(t, ctx, door, other)
+
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		waited := make(chan error, 1)
+		go func() {
+			waited <- door.RunSession(wctx, pgadvisory.ID(key), func(context.Context) error { return errors.New("fn ran") }, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return queueRows(t, admin, key) == 1 }, 10*time.Second, 5*time.Millisecond)
+
+		tx, err := admin.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		_, err = tx.ExecContext(ctx, "SELECT 1 FROM pgadvisory.waiter WHERE lock_id = $1 FOR UPDATE", key)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%pgadvisory.wait_try(%'`).Scan(&n))
+			return n == 1
+		}, 10*time.Second, 5*time.Millisecond, "the next try waits for the row")
+
+		cancel()
+		require.ErrorIs(t, frontdoor.Await(t, waited, "the canceled call"), context.Canceled)
+		require.NoError(t, tx.Rollback())
+		require.Eventually(t, func() bool { return queueRows(t, admin, key) == 0 }, 10*time.Second, 5*time.Millisecond,
+			"the abandoned try's place is given back")
+		release()
+		require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 10*time.Second, 5*time.Millisecond)
+		select {
+		case <-lostOther:
+			t.Fatal("the neighbour lost its lock")
+		default:
+		}
+		err, cause := endOther()
+		require.NoError(t, err)
+		require.NoError(t, cause)
+		frontdoor.RequireIdle(t, door)
+		ran := false
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { ran = true; return nil }, pgadvisory.WithWait(0)))
+		require.True(t, ran)
 	})
 }
