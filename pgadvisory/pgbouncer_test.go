@@ -163,43 +163,15 @@ func TestPgBouncerBehindADirectLocker(t *testing.T) {
 	bouncer := pgcluster.StartPgBouncer(t, testdb.URL(t), "transaction") + "&default_query_exec_mode=exec"
 	direct, err := pgx.ParseConfig(testdb.URL(t))
 	require.NoError(t, err)
-	directAddr := net.JoinHostPort(direct.Host, strconv.Itoa(int(direct.Port)))
-	var toPooler atomic.Bool
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !toPooler.Load() {
-			addr = directAddr
-		}
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}
-	poolCfg, err := pgxpool.ParseConfig(bouncer)
-	require.NoError(t, err)
-	poolCfg.ConnConfig.DialFunc = dial
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	connCfg, err := pgx.ParseConfig(bouncer)
-	require.NoError(t, err)
-	connCfg.DialFunc = dial
-	db := stdlib.OpenDB(*connCfg)
-	t.Cleanup(func() { _ = db.Close() })
+	sw := openSwitching(t, bouncer, net.JoinHostPort(direct.Host, strconv.Itoa(int(direct.Port))))
 	w := witness.Of(testdb.DB(t))
-	for _, d := range []frontdoor.Door{frontdoor.OnDB(db), frontdoor.OnPool(pool)} {
+	for _, d := range sw.doors() {
 		t.Run(d.Label(), func(t *testing.T) {
-			closeIdle := func() {
-				if d.Driver == frontdoor.SQL {
-					db.SetMaxIdleConns(0)
-					db.SetMaxIdleConns(2)
-				} else {
-					pool.Reset()
-				}
-			}
 			key := testdb.Key(t)
-			toPooler.Store(false)
-			closeIdle()
+			sw.redirect(true) // to the server itself
 			require.NoError(t, d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }),
 				"control: direct; the check finds the pool direct")
-			closeIdle()
-			toPooler.Store(true)
+			sw.redirect(false) // to PgBouncer, the URL's address
 			for _, op := range []pgadvisory.Op{pgadvisory.OpLock, pgadvisory.OpBegin} {
 				called := false
 				err := d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { called = true; return nil })
@@ -212,6 +184,55 @@ func TestPgBouncerBehindADirectLocker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// switchingPools are a pgx pool and a database/sql handle on one URL whose
+// new connections dial another address while redirected: a server that
+// changes behind the address a service connects to.
+type switchingPools struct {
+	pool       *pgxpool.Pool
+	db         *sql.DB
+	redirected *atomic.Bool
+}
+
+// openSwitching opens switchingPools on url, redirected to addr (host:port)
+// when asked, closed when t ends.
+func openSwitching(t *testing.T, url, addr string) switchingPools {
+	t.Helper()
+	redirected := new(atomic.Bool)
+	dial := func(ctx context.Context, network, to string) (net.Conn, error) {
+		if redirected.Load() {
+			to = addr
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, to)
+	}
+	poolCfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	poolCfg.ConnConfig.DialFunc = dial
+	pool, err := pgxpool.NewWithConfig(testdb.Context(t), poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	connCfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	connCfg.DialFunc = dial
+	db := stdlib.OpenDB(*connCfg)
+	t.Cleanup(func() { _ = db.Close() })
+	return switchingPools{pool: pool, db: db, redirected: redirected}
+}
+
+// doors are a front door on each of s's pools.
+func (s switchingPools) doors() []frontdoor.Door {
+	return []frontdoor.Door{frontdoor.OnDB(s.db), frontdoor.OnPool(s.pool)}
+}
+
+// redirect makes the pools' next connections dial the other address (on)
+// or the URL's, and closes their idle connections, so that the next call
+// opens one.
+func (s switchingPools) redirect(on bool) {
+	s.redirected.Store(on)
+	s.db.SetMaxIdleConns(0)
+	s.db.SetMaxIdleConns(2)
+	s.pool.Reset()
 }
 
 // pgbouncerExecModes are the pgx query modes that work through PgBouncer before

@@ -2,7 +2,6 @@ package pgadvisory_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +51,21 @@ func holdShared(t *testing.T, ctx context.Context, door frontdoor.Door, key int6
 		r := frontdoor.Await(t, done, "the holder's end")
 		return r.err, r.cause
 	}, gone
+}
+
+// requireKeptThenEnd requires that the lock of holdShared (its end and
+// canceled) was not lost, what being the lock named in the failure, then
+// ends it and requires its call and fn to have ended without an error.
+func requireKeptThenEnd(t *testing.T, end func() (error, error), canceled <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-canceled:
+		t.Fatalf("%s was lost", what)
+	default:
+	}
+	err, cause := end()
+	require.NoError(t, err)
+	require.NoError(t, cause)
 }
 
 // TestSessionSharedServerTimeouts: lock_timeout, statement_timeout and
@@ -174,14 +188,7 @@ func TestSessionSharedPanic(t *testing.T) {
 		require.Empty(t, w.Holds(t, key+1), "the panicking call's lock was released")
 		w.Holder(t, key)
 		time.Sleep(100 * time.Millisecond)
-		select {
-		case <-gone:
-			t.Fatal("the other lock was lost")
-		default:
-		}
-		err, cause := end()
-		require.NoError(t, err)
-		require.NoError(t, cause)
+		requireKeptThenEnd(t, end, gone, "the other lock")
 		frontdoor.RequireIdle(t, door)
 	})
 }
@@ -220,15 +227,7 @@ func TestSessionSharedCancelWhileWaiting(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return len(w.Holds(t, key+1)) == 0 }, 30*time.Second, 10*time.Millisecond,
 			"the canceled waiter holds nothing")
-		select {
-		case <-gone:
-			t.Fatal("the lock on the shared connection was lost")
-		default:
-		}
-		err, cause := end()
-		require.NoError(t, err)
-		require.NoError(t, cause)
-		require.False(t, errors.Is(err, pgadvisory.ErrLockLost))
+		requireKeptThenEnd(t, end, gone, "the lock on the shared connection")
 		frontdoor.RequireIdle(t, door)
 	})
 }

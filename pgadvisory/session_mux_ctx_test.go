@@ -84,14 +84,7 @@ func TestSessionSharedStatementEndsWithCtx(t *testing.T) {
 			// CONTROL: a live ctx waits for the election.
 			liveLeadWaits(t, sc, ctx, d, key, opts, func() {})
 
-			select {
-			case <-lostOther:
-				t.Fatal("the neighbour on the shared connection lost its lock")
-			default:
-			}
-			err, cause := endOther()
-			require.NoError(t, err)
-			require.NoError(t, cause)
+			requireKeptThenEnd(t, endOther, lostOther, "the neighbour's lock on the shared connection")
 			require.Empty(t, w.Holds(t, key, other))
 			frontdoor.RequireIdle(t, d)
 		})

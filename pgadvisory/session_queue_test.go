@@ -472,14 +472,7 @@ func TestSessionQueuedTryAbandoned(t *testing.T) {
 			"the abandoned try's place is given back")
 		release()
 		require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 10*time.Second, 5*time.Millisecond)
-		select {
-		case <-lostOther:
-			t.Fatal("the neighbour lost its lock")
-		default:
-		}
-		err, cause := endOther()
-		require.NoError(t, err)
-		require.NoError(t, cause)
+		requireKeptThenEnd(t, endOther, lostOther, "the neighbour's lock")
 		frontdoor.RequireIdle(t, door)
 		ran := false
 		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { ran = true; return nil }, pgadvisory.WithWait(0)))

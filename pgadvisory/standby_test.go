@@ -5,13 +5,11 @@ import (
 	"database/sql"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
@@ -110,50 +108,22 @@ func TestStandbyRefusesEveryFrontDoor(t *testing.T) {
 	// standby behind the same address (a failover, a DNS change) is still
 	// refused, by the answer of its first lock statement, and gives up
 	// whatever that statement took there.
-	var toStandby atomic.Bool
 	standbyCfg, err := pgx.ParseConfig(standby.URL())
 	require.NoError(t, err)
-	standbyAddr := net.JoinHostPort(standbyCfg.Host, strconv.Itoa(int(standbyCfg.Port)))
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if toStandby.Load() {
-			addr = standbyAddr
-		}
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}
-	poolCfg, err := pgxpool.ParseConfig(primary.URL())
-	require.NoError(t, err)
-	poolCfg.ConnConfig.DialFunc = dial
-	switching, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	require.NoError(t, err)
-	t.Cleanup(switching.Close)
-	connCfg, err := pgx.ParseConfig(primary.URL())
-	require.NoError(t, err)
-	connCfg.DialFunc = dial
-	switchingDB := stdlib.OpenDB(*connCfg)
-	t.Cleanup(func() { _ = switchingDB.Close() })
+	sw := openSwitching(t, primary.URL(), net.JoinHostPort(standbyCfg.Host, strconv.Itoa(int(standbyCfg.Port))))
 	free := testdb.Key(t)
-	for _, d := range []frontdoor.Door{frontdoor.OnDB(switchingDB), frontdoor.OnPool(switching)} {
-		closeIdle := func() {
-			if d.Driver == frontdoor.SQL {
-				switchingDB.SetMaxIdleConns(0)
-				switchingDB.SetMaxIdleConns(2)
-			} else {
-				switching.Reset()
-			}
-		}
-		for _, entry := range entries[1:4] { // RunSession (a try), RunSession_dedicated's slot skipped below, Lead
+	for _, d := range sw.doors() {
+		for _, entry := range entries[1:4] { // RunSession (a try), RunSession_dedicated (made a queued RunSession below), Lead
 			if entry.name == "RunSession_dedicated" {
 				entry.name, entry.run = "RunSession_queued", func(d frontdoor.Door, called *bool) error {
 					return d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { *called = true; return nil }, pgadvisory.WithWait(time.Second))
 				}
 			}
 			t.Run(d.Label()+"/unchecked/"+entry.name, func(t *testing.T) {
-				toStandby.Store(false)
-				closeIdle()
+				sw.redirect(false) // to the primary
 				require.NoError(t, d.RunSession(ctx, pgadvisory.ID(free), func(context.Context) error { return nil }),
 					"control: on the primary; the check finds the pool direct")
-				closeIdle()
-				toStandby.Store(true)
+				sw.redirect(true) // to the standby
 				called := false
 				err := entry.run(d, &called)
 				require.ErrorIs(t, err, pgadvisory.ErrStandby)
