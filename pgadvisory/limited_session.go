@@ -29,9 +29,9 @@ import (
 // from a random start (pgadvisory.slot_try, session level), passing over
 // those that other calls of this Locker hold, takes the first free one
 // and reads the lock's registered limit. So a call costs what RunSession
-// costs, whatever n: granted, the connection's check, the slot statement
-// and the unlock; with no free slot, the check and the slot statement
-// (none when this Locker's calls hold every slot). With [WithWait] the call
+// costs, whatever n: granted, the slot statement and the unlock; with no
+// free slot, the slot statement (none when this Locker's calls hold every
+// slot); a connection's check before them where RunSession pays one. With [WithWait] the call
 // waits as RunLimited's does, holding no connection of its own (its
 // release sends no NOTIFY: it wakes its own Locker's first waiter). It needs
 // the shared session connections: a Locker made with WithSessionConns(0)

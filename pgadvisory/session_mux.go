@@ -228,8 +228,9 @@ type muxLock struct {
 
 // openConn takes a connection from the pool and checks it as openSession
 // does (the backend pid against the announced one, a pooler's mode, a
-// standby), once for every lock it will carry; each call then applies its
-// own options to what was found (see admit). It runs under the ctx of
+// standby), once for every lock it will carry, unless the pool was found
+// direct (see sessionPool.direct); each call then applies its own options
+// to what was found (see admit). It runs under the ctx of
 // the call that asked for it (opener), as a dedicated connection's
 // acquisition does; other calls waiting for it open another if that ctx
 // ends first (see place).
