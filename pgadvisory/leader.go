@@ -29,6 +29,12 @@ func (c *callState) setLead() error {
 func (c *callState) leadership(fn func(context.Context, int64) error) func(context.Context) error {
 	var term int64
 	c.onLocked = func(ctx context.Context, q sessionQuerier) error {
+		if c.term != 0 {
+			// Elected by the try statement that took the lock
+			// (sessionQueueLeadSQL).
+			term = c.term
+			return nil
+		}
 		t, err := c.elect(ctx, q)
 		if err != nil {
 			return err

@@ -29,7 +29,9 @@ const (
 	// connection once the lock is granted: the token sequence is behind
 	// ([ErrStaleToken]), or writes with the previous term were still in
 	// flight after the publish timeout ([ErrLockTimeout]). The lock was
-	// released and fn did not run.
+	// released and fn did not run. On shared connections the statement
+	// that takes a leadership's lock also elects, so a ctx that ends while
+	// that statement runs is reported as OpElect too.
 	OpElect Op = "elect"
 	// OpCurrentLeader: [Locker.CurrentLeader]; Kind [ErrNoLeader] when
 	// none leads.

@@ -231,6 +231,31 @@ func TestRoundTripsRunSession(t *testing.T) {
 	}
 }
 
+// TestRoundTripsLead: an uncontended leadership on a shared connection is
+// two round trips on either driver: the try statement, which also elects
+// and commits the term durably, and the resign, which unlocks.
+func TestRoundTripsLead(t *testing.T) {
+	migrated.DB(t)
+	ctx := testdb.Context(t)
+	c := wirecount.New()
+	doors := []frontdoor.Door{frontdoor.OnDB(countedDB(t, c)), frontdoor.OnPool(countedPool(t, c))}
+	for _, door := range doors {
+		t.Run(door.Label(), func(t *testing.T) {
+			key := testdb.Key(t)
+			var last int64
+			requireSteadyRoundTrips(t, c, 2, func() error {
+				return door.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error {
+					if term <= last {
+						return fmt.Errorf("term %d after %d", term, last)
+					}
+					last = term
+					return nil
+				}, pgadvisory.WithCheckInterval(time.Minute))
+			})
+		})
+	}
+}
+
 // countedPool is a one-connection pgx pool whose round trips c counts.
 func countedPool(t testing.TB, c *wirecount.Counter) *pgxpool.Pool {
 	t.Helper()

@@ -3,13 +3,16 @@ package pgadvisory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/pgcluster"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
@@ -179,4 +182,102 @@ func liveLeadWaits(t *testing.T, sc stallable, ctx context.Context, d frontdoor.
 	sc.stall(false)
 	require.NoError(t, frontdoor.Await(t, done, "the control's Lead"))
 	require.True(t, ran.Load(), "the control was elected")
+}
+
+// TestSessionSharedElectionInTurnsEndsWithCtx: the election of a Lead
+// whose try statement gave up waiting for a writer of the previous term
+// (one turn) goes on in turns of the shared connection; the writer
+// commits, and the turn that then elects commits while the synchronous
+// standby is stalled. Its caller's ctx is canceled: Lead returns
+// context.Canceled (Op elect) while the election still waits, and fn does
+// not run. Once the standby is back, the election ends in the background
+// and no lock is left.
+//   - neighbour: another call's lock is on the connection, which stays
+//     open; the lock is released as a leader resigns, so a plain session
+//     lock on the key, on the same backend, is not named leader, and the
+//     neighbour keeps its lock throughout.
+//   - alone: nothing else is on the connection, which is closed; Lead
+//     returns the election's error alone, with no failed release.
+func TestSessionSharedElectionInTurnsEndsWithCtx(t *testing.T) {
+	sc := startStallable(t)
+	w := witness.Of(sc.admin)
+	ctx := testdb.Context(t)
+	opts := []pgadvisory.Option{pgadvisory.WithCheckInterval(50 * time.Millisecond)}
+	for _, drv := range frontdoor.Drivers {
+		for _, alone := range []bool{false, true} {
+			t.Run(string(drv)+map[bool]string{false: "/neighbour", true: "/alone"}[alone], func(t *testing.T) {
+				d := proxiedClusterDoor(t, sc.c, drv, "elector", sc.px).WithLocker(pgadvisory.WithSessionConns(1))
+				// The previous leader and its writer commit without waiting
+				// for the standby.
+				writers := frontdoor.OnDB(clusterDB(t, sc.c, pgcluster.Superuser, "local"))
+				key, other := testdb.Key(t), testdb.Key(t)
+				table := fencing.Table(t, sc.admin, "public", fmt.Sprintf("in_turns_%s_%t", map[frontdoor.Driver]string{frontdoor.SQL: "sql", frontdoor.Pgx: "pgx"}[drv], alone), key, "strict")
+				var oldTerm int64
+				require.NoError(t, writers.Lead(ctx, pgadvisory.ID(key), func(_ context.Context, term int64) error { oldTerm = term; return nil }))
+				_, release, written := fencing.OpenWriter(t, ctx, writers, table, oldTerm, 1)
+				var endOther func() (error, error)
+				var lostOther <-chan struct{}
+				if !alone {
+					endOther, lostOther = holdShared(t, ctx, d, other, opts...)
+				}
+
+				sc.stall(true)
+				lctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				done := make(chan error, 1)
+				ran := new(atomic.Bool)
+				go func() {
+					done <- d.Lead(lctx, pgadvisory.ID(key), func(context.Context, int64) error {
+						ran.Store(true)
+						return nil
+					}, opts...)
+				}()
+				require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 1 }, 30*time.Second, 5*time.Millisecond,
+					"the candidate holds the lock while its election waits for the writer")
+				candidate := w.Holder(t, key).PID
+				if !alone {
+					require.Equal(t, w.Holder(t, other).PID, candidate, "one shared connection")
+				}
+				time.Sleep(100 * time.Millisecond) // several turns
+				require.False(t, sc.committing(), "no election commits while the writer holds the fence row")
+				release()
+				require.NoError(t, frontdoor.Await(t, written, "the previous term's write"))
+				require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+
+				cancel()
+				select {
+				case err := <-done:
+					require.ErrorIs(t, err, context.Canceled)
+					require.IsType(t, &pgadvisory.Error{}, err, "the election's error alone: %v", err)
+					require.Equal(t, pgadvisory.OpElect, err.(*pgadvisory.Error).Op)
+				case <-time.After(3 * time.Second):
+					t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
+				}
+				require.True(t, sc.committing(), "the election statement still runs after the call returned")
+				require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
+
+				sc.stall(false)
+				require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
+					"the abandoned election's lock is released")
+				require.Greater(t, fencing.Published(t, sc.admin, key), oldTerm, "the abandoned election published a newer term")
+				_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
+				require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
+				require.NoError(t, d.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error {
+					if alone {
+						require.NotEqual(t, candidate, w.Holder(t, key).PID, "the abandoned election's connection was closed")
+					} else {
+						require.Equal(t, candidate, w.Holder(t, key).PID, "the same backend")
+					}
+					_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
+					require.ErrorIs(t, err, pgadvisory.ErrNoLeader, "the abandoned election's leader is named again")
+					return nil
+				}))
+				if !alone {
+					requireKeptThenEnd(t, endOther, lostOther, "the neighbour's lock on the shared connection")
+				}
+				require.Empty(t, w.Holds(t, key, other))
+				frontdoor.RequireIdle(t, d)
+			})
+		}
+	}
 }

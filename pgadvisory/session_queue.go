@@ -3,9 +3,12 @@ package pgadvisory
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -27,7 +30,8 @@ import (
 // pg_try_advisory_lock of the same key on the same backend, which cannot
 // fail: the statement's transaction, ending at once, gives up the
 // transaction lock and keeps the session lock. A first try is thus one
-// statement, as a try that does not wait.
+// statement, as a try that does not wait. A leadership's try also elects
+// once granted (sessionQueueLeadSQL), in the same statement and commit.
 //
 // A key that another call of this Locker holds or is taking (the key
 // table) is not tried on a shared connection, which may be the backend
@@ -63,6 +67,20 @@ const sessionQueueTrySQL = `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid(
 	`CASE WHEN g.granted THEN pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8) ELSE false END END, false), ` +
 	`pg_catalog.pg_is_in_recovery(), pg_catalog.pg_backend_pid(), g.seq, g.head ` +
 	`FROM pgadvisory.wait_try($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int8, 0, false) AS g`
+
+// sessionQueueLeadSQL is a queued leadership's try: sessionQueueTrySQL,
+// and once it granted, the election (electSQL's leader_elect) in the same
+// statement, whose durable commit is then the try's. $5 is the holder and
+// $6 the lock_timeout of the election's wait for writers of the previous
+// term, one turn of the shared connection (electTurn): a try does not hold
+// the connection's turn for that wait. term is NULL when the try was not
+// granted. An error raised in leader_elect comes after the grant: the
+// session lock is held (a session lock outlives the statement's
+// transaction), while the rest of the try (wait_try's grant, the removal
+// of the call's queue row) is rolled back; see electedInTry.
+const sessionQueueLeadSQL = `SELECT t.ok, t.standby, t.pid, t.seq, t.head, ` +
+	`(SELECT e.term FROM pgadvisory.leader_elect($1::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.text) AS e WHERE t.ok) ` +
+	`FROM (` + sessionQueueTrySQL + ` OFFSET 0) AS t(ok, standby, pid, seq, head)`
 
 // sessionWakeSQL notifies the head of lock $1's queue, if any: the
 // wake-up that a queued session lock's release sends.
@@ -169,32 +187,68 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	var pid int32
 	var seq sql.NullInt64
 	var head sql.NullBool
+	var term sql.NullInt64
 	var prev any
 	if q.seq.Valid {
 		prev = q.seq.Int64
+	}
+	query, args := sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}
+	dest := []any{&ok, &standby, &pid, &seq, &head}
+	if c.lead {
+		query = sessionQueueLeadSQL
+		args = append(args, c.holder, lockTimeoutSetting(electTurn))
+		dest = append(dest, &term)
 	}
 	// When the call is abandoned the callback runs after queueTry has
 	// returned, and that return set sc, a named result, to nil.
 	conn := sc
 	abandoned, err = sc.call(ctx, l, c.checkTimeout, func(err error) {
-		if err == nil && ok && pid == conn.pid {
+		held := err == nil && ok && pid == conn.pid
+		if held || electedInTry(err) {
+			if held && term.Valid {
+				c.term = term.Int64 // its release resigns
+			}
 			conn.p.mu.Lock()
 			conn.locks[l] = struct{}{}
 			conn.p.mu.Unlock()
 			c.queuedSession = true
 			_ = conn.p.unlockLocked(bgCtx, conn, l)
-		} else if err == nil && seq.Valid {
-			var left bool
-			_ = conn.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], seq.Int64}, &left)
+		}
+		if left := seq; !held && (err == nil && left.Valid || err != nil && q.seq.Valid) {
+			if err != nil {
+				left = q.seq // the statement's removal of the row was rolled back
+			}
+			var gone bool
+			_ = conn.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], left.Int64}, &gone)
 		}
 		conn.releaseSem()
 		unreserve()
 		conn.leave()
-	}, sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}, &ok, &standby, &pid, &seq, &head)
+	}, query, args, dest...)
 	if abandoned {
-		return nil, false, true, c.failure(ctx, "lock", err)
+		op := OpLock
+		if c.lead {
+			op = OpElect // a leadership's try statement elects too
+		}
+		return nil, false, true, c.failure(ctx, op, err)
 	}
 	switch {
+	case electedInTry(err):
+		// Held, not elected.
+		sc.hold(l)
+		sc.releaseSem()
+		p.leaveQueue(ctx, l, q)
+		if SQLState(err) == "55P03" && ctx.Err() == nil {
+			// Writers of the previous term outlasted the turn: onLocked
+			// elects in turns of the connection.
+			return sc, true, false, nil
+		}
+		c.queuedSession = true
+		_, _ = p.release(ctx, sc, l)
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, false, false, c.failure(ctx, "elect", err)
 	case err != nil:
 		if pooled := pooledStatementError(err); pooled != nil {
 			sc.fail(pooled)
@@ -210,6 +264,9 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 		// pg_try_advisory_lock from running on another backend.
 		err = sc.answeredBy(pid, standby)(ctx, c)
 	case ok:
+		if term.Valid {
+			c.term = term.Int64
+		}
 		sc.hold(l)
 		sc.releaseSem()
 		if ctx.Err() != nil {
@@ -226,6 +283,16 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	unreserve()
 	sc.leave()
 	return nil, false, false, err
+}
+
+// electedInTry reports whether err, a leadership's try statement's error
+// (sessionQueueLeadSQL), was raised by its election: the try had granted
+// the lock, which the session keeps, and the election's transaction,
+// with the grant's queue changes, was rolled back. Typically 55P03, the
+// writers of the previous term outlasting one turn.
+func electedInTry(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Where, "pgadvisory.leader_elect(")
 }
 
 // queueRefresh joins or refreshes the call's place in the queue on a pool
