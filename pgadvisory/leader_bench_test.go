@@ -15,8 +15,8 @@ package pgadvisory_test
 // waiting), so every op hands over to a waiting candidate.
 //
 //   - lead_handoff (pgx and stdlib): two candidates, each with its own pool,
-//     in a loop around Lead: release, grant, the durable term publish on the
-//     new leader's connection, fn.
+//     in a loop around Lead: release, the woken candidate's try statement
+//     (grant and term publish in one durable commit), fn.
 //   - session_handoff_pgx: the same with RunSessionPgx (WithWait): the
 //     session-lock protocol's handoff without a term.
 //   - bare_handoff: two raw pgx connections, pg_advisory_unlock on one, the
@@ -24,6 +24,12 @@ package pgadvisory_test
 //   - bare_durable_handoff: bare_handoff, and the granted connection then
 //     publishes a token durably (floor_publish's statement) before it
 //     counts as started: the physical floor of a handoff with a durable term.
+//   - notify_handoff: the floor of a hand-off to a waiter that holds no
+//     connection: the holder's unlock and NOTIFY in one statement, the
+//     waiter's listening connection, its try on another connection.
+//   - notify_durable_handoff: notify_handoff whose try also publishes a
+//     term durably (one statement, one WAL flush): the floor of Lead's
+//     hand-off through lockgen's queue.
 //   - floor_publish: one durable term publish on a raw connection, BEGIN;
 //     UPDATE pgadvisory.fence SET token = nextval(...); COMMIT in one round
 //     trip with synchronous_commit on (one WAL flush).
@@ -35,8 +41,10 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +116,75 @@ func BenchmarkLeader(b *testing.B) {
 			}, pgadvisory.WithWait(0))
 		})
 	}}
+	// notify: the floor of a hand-off to a waiter that holds no connection
+	// while it waits. Each candidate has a worker connection and a
+	// listening one. A candidate tries the lock (and, durable, publishes a
+	// term in the same statement, one WAL flush when granted); refused, it
+	// waits for a notification on its listening connection and tries
+	// again. The holder releases with pg_advisory_unlock and pg_notify in
+	// one statement: the release's NOTIFY, the waiter's wake-up and its
+	// try, and nothing of lockgen's.
+	notify := func(durable bool) benchCase {
+		name := "notify_handoff"
+		if durable {
+			name = "notify_durable_handoff"
+		}
+		return benchCase{name, func(b *testing.B) {
+			ctx := context.Background()
+			key := testdb.Key(b)
+			channel := "bench_notify_" + strconv.FormatInt(key, 10)
+			k := strconv.FormatInt(key, 10)
+			try := "SELECT pg_try_advisory_lock(" + k + ")"
+			if durable {
+				floorPublishSQL(b, admin, key)
+				try = "WITH t AS (SELECT pg_try_advisory_lock(" + k + ") AS ok) UPDATE pgadvisory.fence AS f " +
+					"SET token = nextval('pgadvisory.fencing_token_seq'), published_at = now() FROM t WHERE t.ok AND f.lock_id = " + k + " RETURNING t.ok"
+			}
+			release := "SELECT pg_advisory_unlock(" + k + "), pg_notify('" + channel + "', '')"
+			var conns, listeners [2]*pgx.Conn
+			for i := range conns {
+				conns[i], listeners[i] = benchConn(b), benchConn(b)
+				if _, err := listeners[i].Exec(ctx, "LISTEN "+channel); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var waiting [2]atomic.Bool
+			// The candidate that resigned tries again only once the other
+			// holds the lock, as a waiter queued first is granted first.
+			var holder atomic.Int32
+			holder.Store(-1)
+			benchHandoffWaiting(b, nil, func() {
+				for deadline := time.Now().Add(time.Minute); !waiting[0].Load() && !waiting[1].Load(); time.Sleep(50 * time.Microsecond) {
+					if time.Now().After(deadline) {
+						b.Fatal("the next candidate does not wait for a notification")
+					}
+				}
+			}, func(ctx context.Context, i int, hold func()) error {
+				for holder.Load() == int32(i) && ctx.Err() == nil {
+					time.Sleep(50 * time.Microsecond)
+				}
+				for {
+					var ok bool
+					if err := conns[i].QueryRow(ctx, try).Scan(&ok); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+						return err
+					}
+					if ok {
+						holder.Store(int32(i))
+						break
+					}
+					waiting[i].Store(true)
+					_, err := listeners[i].WaitForNotification(ctx)
+					waiting[i].Store(false)
+					if err != nil {
+						return err
+					}
+				}
+				hold()
+				_, err := conns[i].Exec(context.WithoutCancel(ctx), release)
+				return err
+			})
+		}}
+	}
 	floor := benchCase{"floor_publish", func(b *testing.B) {
 		ctx := context.Background()
 		publish := floorPublishSQL(b, admin, testdb.Key(b))
@@ -123,7 +200,7 @@ func BenchmarkLeader(b *testing.B) {
 			}
 		}
 	}}
-	runCases(b, bare(false), bare(true), session, lead(frontdoor.Pgx), lead(frontdoor.SQL), floor)
+	runCases(b, bare(false), bare(true), notify(false), notify(true), session, lead(frontdoor.Pgx), lead(frontdoor.SQL), floor)
 }
 
 // floorPublishSQL is a durable term publish for key in one simple-protocol
