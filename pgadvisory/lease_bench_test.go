@@ -7,6 +7,8 @@ package pgadvisory_test
 //
 //   - lead_handoff_pgx: the session-lock leader hand-off (Lead, two
 //     Lockers with their own pools), BenchmarkLeader's row: the baseline.
+//   - lead_handoff_pgx_settled: the same, the leader resigning only after
+//     the connections were idle as long as in the lease rows (3.5 polls).
 //   - lease_handoff_pgx, lease_handoff_stdlib: two Lockers campaigning with
 //     WithLease(leaseBenchTTL) on a direct connection, where the waiter can
 //     be woken by NOTIFY.
@@ -82,19 +84,35 @@ func BenchmarkLeaseHandoff(b *testing.B) {
 		}
 		return bouncer
 	}
-	session := benchCase{"lead_handoff_pgx", func(b *testing.B) {
-		key := testdb.Key(b)
-		var doors [2]frontdoor.Door
-		for i := range doors {
-			doors[i] = frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(2))
-		}
-		reportMedian(b, benchHandoff(b, w, key, func(ctx context.Context, i int, hold func()) error {
-			return doors[i].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
-				hold()
-				return nil
-			})
-		}))
-	}}
+	lead := func(name string, settle time.Duration) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			key := testdb.Key(b)
+			var doors [2]frontdoor.Door
+			for i := range doors {
+				doors[i] = frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(2))
+			}
+			queued := func() {
+				for deadline := time.Now().Add(time.Minute); waitingFor(b, w, []int64{key}) != 1; time.Sleep(50 * time.Microsecond) {
+					if time.Now().After(deadline) {
+						b.Fatal("the next candidate does not wait in the queue")
+					}
+				}
+				time.Sleep(settle)
+			}
+			reportMedian(b, benchHandoffWaiting(b, nil, queued, func(ctx context.Context, i int, hold func()) error {
+				return doors[i].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
+					hold()
+					return nil
+				})
+			}))
+		}}
+	}
+	// lead_handoff_pgx_settled: the leader holds as long as a lease row's
+	// leader does between ops (3.5 polls) before it resigns, so that the
+	// candidates' connections have been idle as long as in the lease rows
+	// (a backend idle that long answers its next statement more slowly
+	// on a small machine).
+	session, settled := lead("lead_handoff_pgx", 0), lead("lead_handoff_pgx_settled", 3*poll+poll/2)
 	roundTrip := benchCase{"roundtrip_pgbouncer", func(b *testing.B) {
 		door := frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(1), frontdoor.URL(pooled()))
 		ctx := context.Background()
@@ -108,7 +126,7 @@ func BenchmarkLeaseHandoff(b *testing.B) {
 		}
 		reportMedian(b, ops)
 	}}
-	runCases(b, session, lease("lease_handoff_pgx", frontdoor.Pgx, nil), lease("lease_handoff_stdlib", frontdoor.SQL, nil),
+	runCases(b, session, settled, lease("lease_handoff_pgx", frontdoor.Pgx, nil), lease("lease_handoff_stdlib", frontdoor.SQL, nil),
 		lease("lease_handoff_pgbouncer_pgx", frontdoor.Pgx, pooled), roundTrip)
 }
 
