@@ -55,22 +55,7 @@ func TestSessionSharedStatementEndsWithCtx(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.True(t, sc.committing(), "the queued call returned while the election still waits")
 
-			cancel()
-			select {
-			case err := <-done:
-				require.ErrorIs(t, err, context.Canceled)
-				var pe *pgadvisory.Error
-				require.ErrorAs(t, err, &pe)
-				require.Equal(t, pgadvisory.OpElect, pe.Op)
-			case <-time.After(3 * time.Second):
-				t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
-			}
-			require.True(t, sc.committing(), "the election statement still runs after the call returned")
-			require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
-
-			sc.stall(false)
-			require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
-				"the abandoned election's lock is released")
+			requireAbandonedElection(t, sc, w, key, cancel, done, ran, false)
 			require.Empty(t, w.Holds(t, free))
 			_, err = d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
@@ -120,21 +105,7 @@ func TestSessionSharedAloneStatementEndsWithCtx(t *testing.T) {
 			done, ran := stalledLead(t, sc, lctx, d, key, opts)
 			abandoned := w.Holder(t, key).PID
 
-			cancel()
-			select {
-			case err := <-done:
-				require.ErrorIs(t, err, context.Canceled)
-				require.IsType(t, &pgadvisory.Error{}, err, "the election's error alone: %v", err)
-				require.Equal(t, pgadvisory.OpElect, err.(*pgadvisory.Error).Op)
-			case <-time.After(3 * time.Second):
-				t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
-			}
-			require.True(t, sc.committing(), "the election statement still runs after the call returned")
-			require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
-
-			sc.stall(false)
-			require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
-				"the abandoned election's lock is released")
+			requireAbandonedElection(t, sc, w, key, cancel, done, ran, true)
 			_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 			require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
 
@@ -155,6 +126,14 @@ func TestSessionSharedAloneStatementEndsWithCtx(t *testing.T) {
 func stalledLead(t *testing.T, sc stallable, ctx context.Context, d frontdoor.Door, key int64, opts []pgadvisory.Option) (<-chan error, *atomic.Bool) {
 	t.Helper()
 	sc.stall(true)
+	done, ran := startLead(ctx, d, key, opts)
+	require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
+	return done, ran
+}
+
+// startLead starts d.Lead on key with ctx: the Lead's result, and whether
+// its fn ran.
+func startLead(ctx context.Context, d frontdoor.Door, key int64, opts []pgadvisory.Option) (<-chan error, *atomic.Bool) {
 	done := make(chan error, 1)
 	ran := new(atomic.Bool)
 	go func() {
@@ -163,8 +142,36 @@ func stalledLead(t *testing.T, sc stallable, ctx context.Context, d frontdoor.Do
 			return nil
 		}, opts...)
 	}()
-	require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
 	return done, ran
+}
+
+// requireAbandonedElection cancels (cancel) a Lead on key whose election's
+// commit waits for sc's stalled standby, and requires it to return
+// context.Canceled with Op elect within 3s, while the commit still waits,
+// without running fn (ran). It then ends the stall and waits until key is
+// free. alone: the error is the election's own *pgadvisory.Error, with
+// nothing joined to it (no failed release).
+func requireAbandonedElection(t *testing.T, sc stallable, w *witness.Witness, key int64, cancel context.CancelFunc, done <-chan error, ran *atomic.Bool, alone bool) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+		var pe *pgadvisory.Error
+		require.ErrorAs(t, err, &pe)
+		if alone {
+			require.IsType(t, &pgadvisory.Error{}, err, "the election's error alone: %v", err)
+		}
+		require.Equal(t, pgadvisory.OpElect, pe.Op)
+	case <-time.After(3 * time.Second):
+		t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
+	}
+	require.True(t, sc.committing(), "the election statement still runs after the call returned")
+	require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
+
+	sc.stall(false)
+	require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the abandoned election's lock is released")
 }
 
 // liveLeadWaits is the control of a stalled election: a Lead with a live
@@ -224,14 +231,7 @@ func TestSessionSharedElectionInTurnsEndsWithCtx(t *testing.T) {
 				sc.stall(true)
 				lctx, cancel := context.WithCancel(ctx)
 				defer cancel()
-				done := make(chan error, 1)
-				ran := new(atomic.Bool)
-				go func() {
-					done <- d.Lead(lctx, pgadvisory.ID(key), func(context.Context, int64) error {
-						ran.Store(true)
-						return nil
-					}, opts...)
-				}()
+				done, ran := startLead(lctx, d, key, opts)
 				require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 1 }, 30*time.Second, 5*time.Millisecond,
 					"the candidate holds the lock while its election waits for the writer")
 				candidate := w.Holder(t, key).PID
@@ -244,21 +244,7 @@ func TestSessionSharedElectionInTurnsEndsWithCtx(t *testing.T) {
 				require.NoError(t, frontdoor.Await(t, written, "the previous term's write"))
 				require.Eventually(t, sc.committing, 30*time.Second, 5*time.Millisecond, "the election's commit waits for the standby")
 
-				cancel()
-				select {
-				case err := <-done:
-					require.ErrorIs(t, err, context.Canceled)
-					require.IsType(t, &pgadvisory.Error{}, err, "the election's error alone: %v", err)
-					require.Equal(t, pgadvisory.OpElect, err.(*pgadvisory.Error).Op)
-				case <-time.After(3 * time.Second):
-					t.Fatal("Lead did not return after its ctx ended: it waits for its election statement")
-				}
-				require.True(t, sc.committing(), "the election statement still runs after the call returned")
-				require.False(t, ran.Load(), "fn ran for a call whose ctx ended during its election")
-
-				sc.stall(false)
-				require.Eventually(t, func() bool { return len(w.Holds(t, key)) == 0 }, 30*time.Second, 10*time.Millisecond,
-					"the abandoned election's lock is released")
+				requireAbandonedElection(t, sc, w, key, cancel, done, ran, alone)
 				require.Greater(t, fencing.Published(t, sc.admin, key), oldTerm, "the abandoned election published a newer term")
 				_, err := d.CurrentLeader(ctx, pgadvisory.ID(key))
 				require.ErrorIs(t, err, pgadvisory.ErrNoLeader)
