@@ -242,7 +242,18 @@ func fenceRowTrigger(t *testing.T, admin *sql.DB, lockID int64, body string) (dr
 		CREATE CONSTRAINT TRIGGER ` + name + ` AFTER INSERT OR UPDATE ON pgadvisory.fence DEFERRABLE INITIALLY DEFERRED
 			FOR EACH ROW WHEN (NEW.lock_id = ` + fmt.Sprint(lockID) + `) EXECUTE FUNCTION ` + fn + `()`)
 	require.NoError(t, err)
-	drop = func() { _, _ = admin.Exec(`DROP TRIGGER IF EXISTS ` + name + ` ON pgadvisory.fence`) }
+	// DROP TRIGGER locks pgadvisory.fence, which the other tests use at the
+	// same time: a deadlock there fails it, and it is sent again.
+	drop = func() {
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err = admin.Exec(`DROP TRIGGER IF EXISTS ` + name + ` ON pgadvisory.fence`); err == nil {
+				return
+			}
+			t.Logf("dropping the test trigger %s, again: %v", name, err)
+		}
+		t.Errorf("dropping the test trigger %s: %v", name, err)
+	}
 	t.Cleanup(drop)
 	return drop
 }
