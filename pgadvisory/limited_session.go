@@ -53,7 +53,7 @@ func (l *Locker[TTx]) RunSessionLimited(ctx context.Context, lock Lock, n int, f
 			return c.invalid("options", errors.New("RunSessionLimited holds its slot on the Locker's shared session "+
 				"connections, and this Locker has none (WithSessionConns(0))"))
 		}
-		return runSessionLimited(ctx, c, p, l.d.sessions(), fn)
+		return runSessionLimited(ctx, c, p, l.hooks().open, fn)
 	})
 }
 

@@ -24,6 +24,28 @@ var ErrClosed = errors.New("pgadvisory: the Locker is closed")
 type Locker[TTx any] struct {
 	d Driver[TTx]
 	s *lockerState
+	h *sessionHooks // nil: made per call (a package Locker)
+}
+
+// sessionHooks are what a session-lock call takes from its Locker's
+// driver: made once in New, so that a call does not allocate them.
+type sessionHooks struct {
+	open     func(context.Context) (sessionConn, error)
+	listen   func(context.Context) (notifyConn, error)
+	poolRoom func() bool
+}
+
+func newSessionHooks[TTx any](d Driver[TTx]) sessionHooks {
+	pool, _, _ := d.handle()
+	return sessionHooks{open: d.sessions(), listen: queuedSessionListener(pool), poolRoom: d.poolRoom}
+}
+
+// hooks are l's session hooks.
+func (l *Locker[TTx]) hooks() sessionHooks {
+	if l.h != nil {
+		return *l.h
+	}
+	return newSessionHooks(l.d)
 }
 
 // lockerState is what a Locker owns: its settings, checked once in New,
@@ -98,7 +120,8 @@ func New[TTx any](d Driver[TTx], opts ...LockerOption) (*Locker[TTx], error) {
 			return nil, &Error{Op: OpOptions, Kind: ErrInvalidArgument, Err: err}
 		}
 	}
-	return &Locker[TTx]{d: d, s: s}, nil
+	h := newSessionHooks(d)
+	return &Locker[TTx]{d: d, s: s, h: &h}, nil
 }
 
 // Close ends l: calls that start afterwards fail with an error matching
@@ -251,10 +274,9 @@ func (l *Locker[TTx]) RunSession(ctx context.Context, lock Lock, fn func(context
 		pool, _, _ := l.d.handle()
 		return leadLease(ctx, c, l.s, pool, func(ctx context.Context, _ int64) error { return fn(ctx) })
 	}
-	c.poolRoom = l.d.poolRoom
-	pool, _, _ := l.d.handle()
-	c.listen = queuedSessionListener(pool)
-	return runSession(ctx, c, l.s, l.d.sessions(), fn)
+	h := l.hooks()
+	c.poolRoom, c.listen = h.poolRoom, h.listen
+	return runSession(ctx, c, l.s, h.open, fn)
 }
 
 // Lead campaigns for the leadership lock: it waits in the lock's queue
@@ -302,9 +324,9 @@ func (l *Locker[TTx]) Lead(ctx context.Context, lock Lock, fn func(ctx context.C
 	if c.given&optLease != 0 {
 		return leadLease(ctx, c, l.s, pool, fn)
 	}
-	c.poolRoom = l.d.poolRoom
-	c.listen = queuedSessionListener(pool)
-	return runSession(ctx, c, l.s, l.d.sessions(), c.leadership(fn))
+	h := l.hooks()
+	c.poolRoom, c.listen = h.poolRoom, h.listen
+	return runSession(ctx, c, l.s, h.open, c.leadership(fn))
 }
 
 // Campaign keeps campaigning for the leadership lock until ctx ends: it
