@@ -17,6 +17,10 @@ package pgadvisory_test
 //   - lead_handoff (pgx and stdlib): two candidates, each with its own pool,
 //     in a loop around Lead: release, the woken candidate's try statement
 //     (grant and term publish in one durable commit), fn.
+//   - lead_handoff_pgx_dedicated: lead_handoff_pgx on Lockers without
+//     shared session connections (WithSessionConns(0)), whose candidates
+//     wait in the server's queue on a connection of their own: today's
+//     election and resignation without lockgen's queue.
 //   - session_handoff_pgx: the same with RunSessionPgx (WithWait): the
 //     session-lock protocol's handoff without a term.
 //   - bare_handoff: two raw pgx connections, pg_advisory_unlock on one, the
@@ -60,12 +64,16 @@ import (
 func BenchmarkLeader(b *testing.B) {
 	admin := migrated.DB(b)
 	w := witness.Of(admin)
-	lead := func(drv frontdoor.Driver) benchCase {
-		return benchCase{"lead_handoff_" + string(map[frontdoor.Driver]string{frontdoor.SQL: "stdlib", frontdoor.Pgx: "pgx"}[drv]), func(b *testing.B) {
+	lead := func(drv frontdoor.Driver, opts ...pgadvisory.LockerOption) benchCase {
+		name := "lead_handoff_" + string(map[frontdoor.Driver]string{frontdoor.SQL: "stdlib", frontdoor.Pgx: "pgx"}[drv])
+		if len(opts) > 0 {
+			name += "_dedicated"
+		}
+		return benchCase{name, func(b *testing.B) {
 			key := testdb.Key(b)
 			var doors [2]frontdoor.Door
 			for i := range doors {
-				doors[i] = frontdoor.Open(b, drv, frontdoor.MaxConns(2))
+				doors[i] = frontdoor.Open(b, drv, frontdoor.MaxConns(2)).WithLocker(opts...)
 			}
 			benchHandoff(b, w, key, func(ctx context.Context, i int, hold func()) error {
 				return doors[i].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {
@@ -200,7 +208,8 @@ func BenchmarkLeader(b *testing.B) {
 			}
 		}
 	}}
-	runCases(b, bare(false), bare(true), notify(false), notify(true), session, lead(frontdoor.Pgx), lead(frontdoor.SQL), floor)
+	runCases(b, bare(false), bare(true), notify(false), notify(true), session, lead(frontdoor.Pgx), lead(frontdoor.SQL),
+		lead(frontdoor.Pgx, pgadvisory.WithSessionConns(0)), floor)
 }
 
 // floorPublishSQL is a durable term publish for key in one simple-protocol
