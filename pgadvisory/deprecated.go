@@ -26,10 +26,6 @@ func pgxLocker(pool *pgxpool.Pool) Locker[pgx.Tx] {
 	return Locker[pgx.Tx]{d: pgxDriver{pool: pool}, s: packageStateOf(pool)}
 }
 
-// ID is a raw advisory-lock key as a [Lock], without a name: for keys that
-// are not declared in locks.yaml.
-func ID(id int64) Lock { return Lock{ID: id} }
-
 // RunExclusive is [Locker.RunExclusive] on db's pool, with lockID as the
 // lock.
 //

@@ -214,10 +214,11 @@ func backendsOf(t *testing.T, admin *sql.DB, apps []string) map[string]int {
 	return got
 }
 
-// TestLeaseManyKeysProcesses: the issue's "1,000 keys x 3 candidate
-// processes", scaled to 500 keys (max_connections 100 is shared with other
-// test runs on 2 cores; 500 keys x 2 polling processes send about 1,000
-// polls a second at ttl 10s). Process A campaigns with WithLease(10s) for
+// TestLeaseManyKeysProcesses: many keys, each with a candidate in every
+// one of 3 processes (a deployment of 1,000 keys x 3 replicas), scaled to
+// 500 keys (max_connections 100 is shared with other test runs on 2
+// cores; 500 keys x 2 polling processes send about 1,000 polls a second at
+// ttl 10s). Process A campaigns with WithLease(10s) for
 // every key and leads them all; then B and C campaign for the same keys
 // and poll. While all three campaign, each has at most 3 connections on
 // the server (pg_stat_activity by application_name; its pool has 2, and

@@ -90,9 +90,8 @@ func leaseWALPool(t *testing.T, c *pgcluster.Cluster, counter *wirecount.Counter
 	return pool
 }
 
-// TestLeaseSteadyCost: the issue's "a lease leadership's steady cost: <= 1
-// round trip and 1 WAL flush per renewal interval per Locker, whatever the
-// number of leases". On a private cluster with durable commits, one Locker
+// TestLeaseSteadyCost: a Locker's lease leaderships cost at most 1 round
+// trip and 1 WAL flush per renewal interval, whatever their number. On a private cluster with durable commits, one Locker
 // (a pool of one connection) holds 200 leases (ttl 4.5s: renewed every
 // 1.5s). Over four renewal intervals, counted from just after one renewal
 // to just after another, its round trips on the wire are its renewals (at

@@ -76,3 +76,7 @@ func (l Lock) named(opts []Option) []Option {
 	}
 	return append(all, opts...)
 }
+
+// ID is a raw advisory-lock key as a [Lock], without a name: for keys that
+// are not declared in locks.yaml.
+func ID(id int64) Lock { return Lock{ID: id} }

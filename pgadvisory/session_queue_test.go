@@ -69,9 +69,10 @@ func killApp(t *testing.T, w *witness.Witness, app string) {
 // TestLeadershipsAfterFailoverShareConns: one Locker leads 20 keys, another
 // campaigns for all of them; the leader's backends are killed. Every key
 // gets the campaigner as its new leader, and its 20 leaderships are held
-// on its shared connections (2), not on a backend each (the issue saw 100
-// leaderships on 100 backends; scaled to 20 keys here, for a server of
-// 100 connections shared with other suites).
+// on its shared connections (2), not on a backend each (before candidates
+// waited in lockgen's queue, a process that took over 100 leaderships held
+// them on 100 backends; scaled to 20 keys here, for a server of 100
+// connections shared with other suites).
 func TestLeadershipsAfterFailoverShareConns(t *testing.T) {
 	const n = 20
 	w := witness.Of(migrated.DB(t))
