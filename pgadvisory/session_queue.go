@@ -234,10 +234,17 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	}
 	switch {
 	case electedInTry(err):
-		// Held, not elected.
+		// Held, not elected. The call's place, whose removal was rolled
+		// back, is left on sc in the turn: a pool connection may be
+		// scarce while sc is held.
 		sc.hold(l)
+		if q.seq.Valid {
+			var left bool
+			if sc.run(ctx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], q.seq.Int64}, &left) == nil {
+				q.seq.Valid = false
+			} // else the place expires
+		}
 		sc.releaseSem()
-		p.leaveQueue(ctx, l, q)
 		if SQLState(err) == "55P03" && ctx.Err() == nil {
 			// Writers of the previous term outlasted the turn: onLocked
 			// elects in turns of the connection.

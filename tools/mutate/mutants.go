@@ -881,6 +881,14 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^TestLeadSequenceEqual$",
 	},
 	{
+		Name: "lead-try-held-keeps-place", Area: "election",
+		File:    "pgadvisory/session_queue.go",
+		Search:  "\t\tsc.hold(l)\n\t\tif q.seq.Valid {\n",
+		Replace: "\t\tsc.hold(l)\n\t\tif false && q.seq.Valid {\n",
+		Promise: "a candidate whose try took the lock but whose election gave up after one turn leaves the queue at once (its place's removal was rolled back with the election), not when its row expires",
+		Pkgs:    pgadvisory, Run: "^TestLeadQueuedElectionInTurnsLeavesQueue$",
+	},
+	{
 		Name: "lead-try-abandoned-unresigned", Area: "election",
 		File:    "pgadvisory/session_queue.go",
 		Search:  "\t\t\t\tc.term = term.Int64 // its release resigns\n",
