@@ -430,6 +430,11 @@ func (m *Migrator) DownTo(ctx context.Context, version int64) ([]MigrationResult
 		return nil, err
 	}
 	if !st.InStep() {
+		// A standby (or a pooler) is refused as such: a standby shows
+		// drift while it replays a migration the primary is applying.
+		if err := preflight(ctx, m.db); err != nil {
+			return nil, err
+		}
 		return nil, migrateError(nil, fmt.Errorf("%s: %s", step, st.Drift()))
 	}
 	if st.Current == 0 {

@@ -213,6 +213,27 @@ func TestMigrateRefusesAStandby(t *testing.T) {
 	require.Eventually(t, func() bool { return schemaExists(t, db) }, 30*time.Second, 20*time.Millisecond)
 	_, err = mg.DownTo(ctx, 0)
 	require.ErrorIs(t, err, pgadvisory.ErrStandby)
+	// A standby whose schema is out of step with its version table (as
+	// while it replays a migration the primary applies) is refused as a
+	// standby too, not reported as drift.
+	pdb := openURL(t, primary.URL())
+	res, err := pdb.ExecContext(ctx, `DELETE FROM public.pgadvisory_db_version WHERE version_id = (SELECT max(version_id) FROM public.pgadvisory_db_version)`)
+	require.NoError(t, err)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the newest record is gone")
+	var lsn string
+	require.NoError(t, pdb.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn))
+	require.Eventually(t, func() bool {
+		var caught bool
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&caught))
+		return caught
+	}, 30*time.Second, 20*time.Millisecond)
+	st, err := mg.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st.InStep(), "the standby's schema is out of step")
+	_, err = mg.DownTo(ctx, 0)
+	require.ErrorIs(t, err, pgadvisory.ErrStandby)
 }
 
 // TestMigratorDownReportsWhatRanBeforeAnError: a table using a trigger
