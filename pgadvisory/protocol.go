@@ -62,6 +62,13 @@ type lockStatement struct {
 	// prelude, when not "", runs before sql in the same transaction and
 	// round trip (pipelined drivers only): see statementTimeoutPrelude.
 	prelude string
+	// handover, when not "", replaces a fenced statement's hand-over
+	// (fencedHandover), with its arguments; its first column is the
+	// token, handoverExtra receives the others (a queued fenced call:
+	// see wait_fenced.go).
+	handover      string
+	handoverArgs  []any
+	handoverExtra []any
 }
 
 // lockResult is what the lock statement returned, and the run-once claim
@@ -155,7 +162,7 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		}
 		// The loser's answer is known after one round trip; the ROLLBACK
 		// that returns the connection runs without making the caller wait.
-		go c.rollbackNow(ctx, d)
+		c.rollbackBehind(ctx, d, &txc)
 		return txOutcome{end: txLocked}
 	}
 	if c.runOnce {
@@ -168,7 +175,7 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		switch err := c.lim.checkSlot(); err {
 		case nil:
 		case errNoSlot:
-			go c.rollbackNow(ctx, d) // as for a lock not granted
+			c.rollbackBehind(ctx, d, &txc) // as for a lock not granted
 			return txOutcome{end: txLocked}
 		default:
 			c.rollbackNow(ctx, d)
@@ -276,6 +283,21 @@ func endedTx(err error) bool {
 // locked is the error of a call whose lock another session holds.
 func (c *callState) locked() error {
 	return &Error{Op: "lock", LockIDs: c.ids, Name: c.name, Kind: ErrLocked}
+}
+
+// rollbackBehind rolls the lock transaction back without making the
+// caller wait, and only then releases *txc, which it takes over (*txc
+// becomes nil): database/sql's transaction over pgx's driver rolls back
+// under the context it began with, and a ROLLBACK interrupted by that
+// context's end closes the connection, which database/sql then hands to
+// its next callers as a bad one (TestFencedLosersKeepThePoolsConnections).
+func (c *callState) rollbackBehind(ctx context.Context, d txDriver, txc **txContext) {
+	t := *txc
+	*txc = nil
+	go func() {
+		c.rollbackNow(ctx, d)
+		t.release()
+	}()
 }
 
 // rollbackNow rolls the lock transaction back, even when ctx is done. ended

@@ -419,6 +419,14 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^TestCancelDuringQueuedCommit$",
 	},
 	{
+		Name: "loser-rollback-context-released-first", Area: "fencing",
+		File:    "pgadvisory/protocol.go",
+		Search:  "\tt := *txc\n\t*txc = nil\n",
+		Replace: "\tt := (*txContext)(nil)\n",
+		Promise: "a losing call's ROLLBACK, sent without making the caller wait, is never interrupted by the end of its transaction's context: the pool keeps its connections and every loser gets ErrLocked",
+		Pkgs:    pgadvisory, Run: "^TestFencedLosersKeepThePoolsConnections$",
+	},
+	{
 		Name: "session-unchecked-ignores-standby", Area: "session",
 		File:    "pgadvisory/session_muxrun.go",
 		Search:  "\tif pid == sc.pid && !standby {\n",
