@@ -56,6 +56,22 @@
 --   * wait_leave(lock_id, seq) removes a call's row (a canceled or failed
 --     wait) and wakes the head of the queue, when there is one (the same
 --     NOTIFY).
+--   * fence_wait_try(lock_id, seq, ttl_ms, block_ms, publish_timeout) is
+--     wait_try for a fenced call (WithFencing): the same queue, the same
+--     rule for who may take the lock, but what the head runs is the
+--     fenced acquisition, pgadvisory.fence_acquire without waiting
+--     (session-level lock, token drawn and published), so it returns the
+--     token too and, like fence_acquire, must run first in its
+--     transaction. The head behind a holder that did not queue waits for
+--     it at transaction level first (as wait_try), then fence_acquire
+--     takes the lock at session level, re-entrant. Granted, it leaves the
+--     caller's row in place: the fenced acquisition commits (COMMIT AND
+--     CHAIN) before fn runs, and a row removed in that commit would let
+--     the next waiter become the head while the lock is still held. The
+--     caller's hand-over transaction, fn's, removes it with wait_leave,
+--     whose NOTIFY is delivered when fn's transaction ends, that is when
+--     the lock is released; on a rollback the caller calls wait_leave
+--     again.
 --
 -- pgadvisory.waiter is UNLOGGED: its rows live for seconds, and a
 -- transaction that writes only them commits without waiting for a WAL
@@ -69,14 +85,17 @@
 -- the next call that joins the queue of the same lock, without waiting for
 -- rows that another transaction has locked (SKIP LOCKED).
 --
--- wait_try and wait_leave are SECURITY DEFINER (callers need no privilege
--- on pgadvisory.waiter) and executable by PUBLIC, as every waiting call
--- uses them. Every function pins search_path = pg_catalog, pg_temp,
+-- wait_try, wait_leave and fence_wait_try are SECURITY DEFINER (callers
+-- need no privilege on pgadvisory.waiter) and executable by PUBLIC, as
+-- every waiting call uses them (fence_wait_try publishes only for a caller
+-- it grants the lock, as fence_acquire). Every function pins search_path = pg_catalog, pg_temp,
 -- lockgen's names are schema-qualified, operators are written
 -- OPERATOR(pg_catalog.op) and casts ::pg_catalog.type.
 --
 -- Errors (messages start with "pgadvisory: "): 22023 a NULL lock ID or a
--- ttl outside 1ms..1h.
+-- ttl outside 1ms..1h (or, for fence_wait_try, a NULL publish timeout);
+-- 25001 fence_wait_try in a transaction that already wrote; and
+-- fence_acquire's own (55P03 publishing, LF004).
 --
 -- Written for PostgreSQL 13 and later.
 
@@ -91,7 +110,7 @@ CREATE UNLOGGED TABLE pgadvisory.waiter (
 COMMENT ON TABLE pgadvisory.waiter IS
 'lockgen waiting calls: one row per call waiting for a transaction lock, in arrival order (seq), with '
 'its expiry on the database''s clock (a waiter that went away blocks no one once it passed). Written '
-'only by pgadvisory.wait_try and pgadvisory.wait_leave; readable by any role.';
+'only by pgadvisory.wait_try, pgadvisory.fence_wait_try and pgadvisory.wait_leave; readable by any role.';
 
 REVOKE ALL ON TABLE pgadvisory.waiter FROM PUBLIC;
 GRANT SELECT ON TABLE pgadvisory.waiter TO PUBLIC;
@@ -243,7 +262,121 @@ COMMENT ON FUNCTION pgadvisory.wait_leave(bigint, bigint) IS
 'and notifies pgadvisory_wait when another waiter is queued. Returns whether the row existed. '
 'SECURITY DEFINER: callers need no privilege on pgadvisory.waiter.';
 
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.fence_wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint,
+    p_publish_timeout text,
+    OUT granted boolean, OUT standby boolean, OUT token bigint, OUT seq bigint, OUT head boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_head  bigint;
+    v_block bigint;
+    v_lt    text;
+    v_st    text;
+BEGIN
+    IF p_lock_id IS NULL OR p_ttl_ms IS NULL OR p_publish_timeout IS NULL
+       OR p_ttl_ms OPERATOR(pg_catalog.<) 1 OR p_ttl_ms OPERATOR(pg_catalog.>) 3600000 THEN
+        RAISE EXCEPTION 'pgadvisory: fence_wait_try needs a lock ID, a ttl of 1 to 3600000 ms and a publish timeout (got %, %)',
+            p_ttl_ms, p_publish_timeout
+            USING ERRCODE = '22023';
+    END IF;
+    -- As fence_acquire: first in its transaction, which wrote nothing
+    -- (this function writes the queue only on its way out, not granted).
+    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION 'pgadvisory: fence_wait_try must run before its transaction writes anything'
+            USING ERRCODE = '25001';
+    END IF;
+    granted := false;
+    head := false;
+    seq := p_seq;
+    standby := pg_catalog.pg_is_in_recovery();
+    IF standby THEN
+        RETURN;
+    END IF;
+    IF seq IS NOT NULL THEN
+        PERFORM FROM pgadvisory.waiter AS w
+         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) p_seq;
+        IF NOT FOUND THEN
+            seq := NULL; -- removed as expired: join again, at the end
+        END IF;
+    END IF;
+    SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
+     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.expires OPERATOR(pg_catalog.>) v_now
+     ORDER BY w.seq LIMIT 1;
+    IF (seq IS NULL AND v_head IS NULL) OR (seq IS NOT NULL AND v_head OPERATOR(pg_catalog.=) seq) THEN
+        head := true;
+        v_block := LEAST(COALESCE(p_block_ms, 0), p_ttl_ms OPERATOR(pg_catalog./) 2);
+        IF seq IS NOT NULL AND v_block OPERATOR(pg_catalog.>) 0
+           AND NOT pg_catalog.pg_try_advisory_xact_lock(p_lock_id) THEN
+            -- The holder did not come through the queue: wait for it here,
+            -- at transaction level (as wait_try), then take it below at
+            -- session level (re-entrant: granted at once).
+            v_st := pg_catalog.current_setting('statement_timeout');
+            IF v_st OPERATOR(pg_catalog.<>) '0' THEN
+                v_block := LEAST(v_block, (pg_catalog.date_part('epoch', v_st::pg_catalog.interval)
+                    OPERATOR(pg_catalog.*) 500::pg_catalog.float8)::pg_catalog.int8);
+            END IF;
+            v_lt := pg_catalog.current_setting('lock_timeout');
+            BEGIN
+                PERFORM pg_catalog.set_config('lock_timeout', GREATEST(v_block, 1)::pg_catalog.text OPERATOR(pg_catalog.||) 'ms', true);
+                PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
+                PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
+            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+                NULL; -- the subtransaction's end restored lock_timeout
+            END;
+            v_now := pg_catalog.clock_timestamp();
+        END IF;
+        -- The fenced acquisition itself: the session-level lock, the
+        -- token, its publish. Its hand-over transaction removes the
+        -- caller's row (wait_leave), so that the NOTIFY waking the next
+        -- waiter is delivered when the lock is released.
+        SELECT a.granted, a.token INTO granted, token
+          FROM pgadvisory.fence_acquire(ARRAY[p_lock_id], false, NULL, p_publish_timeout) AS a;
+        IF granted THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF seq IS NOT NULL THEN
+        UPDATE pgadvisory.waiter AS w
+           SET expires = v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
+         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
+        IF NOT FOUND THEN
+            seq := NULL;
+        END IF;
+    END IF;
+    IF seq IS NULL THEN
+        DELETE FROM pgadvisory.waiter AS w
+         WHERE w.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+            SELECT x.ctid FROM pgadvisory.waiter AS x
+             WHERE x.lock_id OPERATOR(pg_catalog.=) p_lock_id
+               AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
+             FOR UPDATE SKIP LOCKED));
+        INSERT INTO pgadvisory.waiter AS w (lock_id, expires)
+        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
+        RETURNING w.seq INTO seq;
+        head := v_head IS NULL;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text) IS
+'lockgen waiting calls: the lock statement of a waiting fenced call, first in its transaction (25001 '
+'after the transaction wrote anything), in place of pgadvisory.fence_acquire. At the head of the '
+'lock''s queue (p_seq), or for a first try (p_seq NULL) when no live waiter is queued, runs '
+'fence_acquire on the lock without waiting (the head finding the lock held by a holder that did not '
+'queue first waits for it at transaction level at most p_block_ms, half of p_ttl_ms and half of '
+'statement_timeout); granted, returns the token and leaves the caller''s row for its hand-over '
+'transaction to remove (pgadvisory.wait_leave); not granted, refreshes or inserts the caller''s row '
+'with an expiry of p_ttl_ms. Returns (granted, standby, token, seq, head). SECURITY DEFINER: callers '
+'need no privilege on pgadvisory.waiter, pgadvisory.fence or the token sequence.';
+
 -- +goose Down
+DROP FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text);
 DROP FUNCTION pgadvisory.wait_leave(bigint, bigint);
 DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean);
 DROP TABLE pgadvisory.waiter;

@@ -534,3 +534,49 @@ func TestHostileFencingTokenTypeIsChecked(t *testing.T) {
 		})
 	}
 }
+
+// The same attack through fence_wait_try, the lock statement of a waiting
+// fenced call, which runs fence_acquire as its owner for the head of a
+// queue and writes the queue: it refuses a transaction that wrote before
+// it does either, so the caller's pending deferred trigger never fires as
+// its owner. The control is the attack on 00007's fence_acquire (before
+// 00011 there is no fence_wait_try).
+func TestHostileFenceWaitTryFiresNoDeferredTrigger(t *testing.T) {
+	for _, v := range schemaVersions {
+		t.Run(v.name, func(t *testing.T) {
+			h := newHostile(t, v.version)
+			before := fencing.LastToken(t, h.admin)
+			h.must(t,
+				`CREATE FUNCTION wsch.evil() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM wsch.escalate(); RETURN NULL; END $$`,
+				`CREATE TEMP TABLE pending (x int)`,
+				`CREATE CONSTRAINT TRIGGER evil AFTER INSERT ON pg_temp.pending DEFERRABLE INITIALLY DEFERRED
+					FOR EACH ROW EXECUTE FUNCTION wsch.evil()`)
+			call := fmt.Sprintf(`SELECT * FROM pgadvisory.fence_wait_try(%d, NULL, 60000, 0, '1s')`, h.lock)
+			if v.open {
+				call = fmt.Sprintf(`SELECT * FROM pgadvisory.fence_acquire(ARRAY[%d]::bigint[], false, NULL, '1s')`, h.lock)
+			}
+			errs := h.run(t, `BEGIN`, `INSERT INTO pg_temp.pending VALUES (1)`, call, `COMMIT`)
+			require.Equal(t, v.open, h.superuser(t), "the role became a superuser")
+			if v.open {
+				return
+			}
+			require.Equal(t, "25001", code(errs), "fence_wait_try refuses a transaction that wrote")
+			require.Equal(t, before, fencing.LastToken(t, h.admin), "no token drawn")
+			require.Zero(t, fencing.Published(t, h.admin, h.lock), "nothing published")
+			var rows int
+			require.NoError(t, h.admin.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1`, h.lock).Scan(&rows))
+			require.Zero(t, rows, "nothing queued")
+			// The same call in a transaction that wrote nothing is granted,
+			// as the hostile role: it publishes for a lock it holds.
+			var granted bool
+			var tok int64
+			h.must(t, `BEGIN`)
+			require.NoError(t, h.conn.QueryRowContext(context.Background(), fmt.Sprintf(
+				`SELECT granted, token FROM pgadvisory.fence_wait_try(%d, NULL, 60000, 0, '1s')`, h.lock)).Scan(&granted, &tok))
+			h.must(t, `COMMIT AND CHAIN`, `SELECT pgadvisory.fence_handover()`, `COMMIT`)
+			require.True(t, granted)
+			require.Equal(t, tok, fencing.Published(t, h.admin, h.lock))
+			require.False(t, h.superuser(t))
+		})
+	}
+}

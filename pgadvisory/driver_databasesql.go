@@ -72,16 +72,7 @@ func (d *databaseSQLTx) beginFenced(ctx context.Context, txc *txContext, st lock
 		}
 		viaPgx = true
 		var b pgx.Batch
-		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
-			var token *int64
-			err := row.Scan(&res.granted, &res.standby, &token)
-			if token != nil {
-				res.token = *token
-			}
-			return err
-		})
-		b.Queue(fencedChainSQL)
-		b.Queue(fencedHandover)
+		st.queueFenced(&b, &res, nil)
 		err := pc.Conn().SendBatch(ctx, &b).Close()
 		if err != nil {
 			// Session locks may be left on the backend: end it.
@@ -93,7 +84,7 @@ func (d *databaseSQLTx) beginFenced(ctx context.Context, txc *txContext, st lock
 	})
 	if !viaPgx && err == nil {
 		var token sql.NullInt64
-		err = tx.QueryRowContext(ctx, fencedMessage(st)).Scan(&res.granted, &res.standby, &token)
+		err = tx.QueryRowContext(ctx, fencedMessage(st)).Scan(append([]any{&res.granted, &res.standby, &token}, st.extra...)...)
 		res.token = token.Int64
 		if err != nil {
 			// Session locks may be left on the backend: end it.

@@ -33,21 +33,7 @@ func (d *pgxTx) begin(ctx context.Context, _ *txContext, readOnly bool, st lockS
 	if st.fenced {
 		// The fenced acquisition travels with BEGIN in the same batch; the
 		// transaction is taken (locked) once the hand-over has run.
-		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
-			var token *int64
-			err := row.Scan(&res.granted, &res.standby, &token)
-			if token != nil {
-				res.token = *token
-			}
-			return err
-		})
-		b.Queue(fencedChainSQL)
-		b.Queue(fencedHandover).QueryRow(func(row pgx.Row) error {
-			var token *int64
-			err := row.Scan(&token)
-			locked = err == nil
-			return err
-		})
+		st.queueFenced(&b, &res, &locked)
 	} else if st.extra != nil {
 		b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(append([]any{&res.granted, &res.standby}, st.extra...)...)

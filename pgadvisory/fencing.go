@@ -210,6 +210,33 @@ const (
 	fencedHandover   = "SELECT pgadvisory.fence_handover()"
 )
 
+// queueFenced queues the fenced acquisition st on b, after BEGIN: the
+// acquire statement, whose columns go to res (and st.extra), COMMIT AND
+// CHAIN, and the hand-over, which sets *locked (when not nil) once it ran.
+func (st lockStatement) queueFenced(b *pgx.Batch, res *lockResult, locked *bool) {
+	b.Queue(st.sql, st.args...).QueryRow(func(row pgx.Row) error {
+		var token *int64
+		err := row.Scan(append([]any{&res.granted, &res.standby, &token}, st.extra...)...)
+		if token != nil {
+			res.token = *token
+		}
+		return err
+	})
+	b.Queue(fencedChainSQL)
+	handover, args := fencedHandover, []any(nil)
+	if st.handover != "" {
+		handover, args = st.handover, st.handoverArgs
+	}
+	b.Queue(handover, args...).QueryRow(func(row pgx.Row) error {
+		var token *int64
+		err := row.Scan(append([]any{&token}, st.handoverExtra...)...)
+		if locked != nil {
+			*locked = err == nil
+		}
+		return err
+	})
+}
+
 // fencedStatement is the fenced acquisition of c's locks: the acquire call
 // with its arguments. A waiting call sets lock_timeout as an unfenced one
 // does (0 for WithWait(0)).
@@ -231,6 +258,9 @@ func (c *callState) fencedStatement() lockStatement {
 // which send it as one simple-protocol query: the IDs are integers, the
 // timeouts this package's own "NNNms".
 func fencedMessage(st lockStatement) string {
+	if st.handover != "" {
+		return fencedQueueMessage(st)
+	}
 	lockTimeout := "NULL"
 	if t := st.args[2].(*string); t != nil {
 		lockTimeout = "'" + *t + "'"

@@ -22,14 +22,23 @@ import (
 // hands it to fn's transaction before letting go of the session-level hold.
 // Callers queued on the key, a WithWait caller (in lockgen's queue,
 // pgadvisory.waiter) and a raw pg_advisory_xact_lock (in the server's), are
-// granted it only after the fenced holder's fn ends. The control is a holder that commits between taking the key and
-// running its work, as a separate COMMIT would: a queued caller gets the
-// key in between.
+// granted it only after the fenced holder's fn ends. The fenced caller
+// waits in lockgen's queue too, at its head: behind a holder that did not
+// queue it waits for the key on the server, ahead of the raw caller, and
+// takes it at transaction level before its fenced acquisition takes it at
+// session level. The control is a holder that commits between taking the
+// key and running its work, as a separate COMMIT would: a queued caller
+// gets the key in between.
 
 func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 	admin := migrated.DB(t)
 	w := witness.Of(admin)
-	for _, door := range fencing.Doors(t, nil) {
+	// The head's waits on the server last half of its row's expiry, 3/8
+	// of the check interval: a long one keeps the fenced caller ahead of
+	// the raw one in the server's queue for the whole round.
+	long := frontdoor.Locker(pgadvisory.WithDefaultCheckInterval(time.Minute))
+	for _, drv := range frontdoor.Drivers {
+		door := frontdoor.Open(t, drv, frontdoor.MaxConns(4), long).WithWrites(frontdoor.Open(t, drv, frontdoor.MaxConns(4)))
 		t.Run(door.Label(), func(t *testing.T) {
 			ctx := testdb.Context(t)
 			key := testdb.Key(t)
@@ -39,7 +48,8 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 				_, err := prev.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
 				require.NoError(t, err)
 
-				// F, fenced, queues first; then W (WithWait) and R (raw).
+				// F, fenced, queues first (and waits on the server, as the
+				// head of lockgen's queue); then W (WithWait) and R (raw).
 				entered, release := make(chan int64, 1), make(chan struct{})
 				fDone := make(chan error, 1)
 				go func() {
@@ -67,7 +77,7 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 						return nil
 					}, pgadvisory.WithWait(0))
 				}()
-				requireQueued(t, admin, key, 1)
+				requireQueued(t, admin, key, 2)
 				raw := rawConn(t, admin)
 				rawTx, err := raw.BeginTx(ctx, nil)
 				require.NoError(t, err)
@@ -81,9 +91,8 @@ func TestFencingNoGapBetweenPublishAndFn(t *testing.T) {
 					}
 					rDone <- err
 				}()
-				// F and R wait in the server's queue; W, first in lockgen's
-				// queue behind a holder that did not queue, may wait there too
-				// at times (a bounded wait, then a new try).
+				// F and R wait in the server's queue, F first; W waits in
+				// lockgen's queue behind F.
 				require.Eventually(t, func() bool { return w.Locks(t, false, key) >= 2 }, 30*time.Second, 5*time.Millisecond,
 					"round %d: F and R should be waiting", round)
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,6 +52,21 @@ func TestFencingOtherDatabaseSQLDrivers(t *testing.T) {
 	})
 	require.Equal(t, tok, fencing.Published(t, admin, key))
 	require.Equal(t, map[int64]fencing.Row{1: {Balance: 10, Token: tok}}, fencing.Rows(t, admin, tbl))
+
+	// Waiting fenced calls queue (pgadvisory.fence_wait_try in the same
+	// one query), on a pool of 2: three queue behind a holder, run in
+	// arrival order with growing published tokens, and each hand-over
+	// removes its call's row.
+	queued := testdb.Key(t)
+	release := holdSession(t, admin, queued)
+	order, tokens, done := queueFencedWaiters(t, ctx, door, admin, queued, 3, pgadvisory.WithFencing())
+	release()
+	for range 3 {
+		require.NoError(t, frontdoor.Await(t, done, "a queued fenced call"))
+	}
+	require.Equal(t, []int{0, 1, 2}, order())
+	require.True(t, slices.IsSorted(tokens()) && tokens()[0] > tok, "tokens %v after %d", tokens(), tok)
+	require.Zero(t, queueRows(t, admin, queued), "the queue is empty")
 
 	for name, arrange := range map[string]func(key int64) (code string){
 		"publish_behind": func(key int64) string { fencing.PublishAhead(t, admin, key); return "LF004" },

@@ -90,7 +90,9 @@ const defaultMigrationLockWait = 5 * time.Minute
 //     waiting calls of each lock with an expiry on the database's clock;
 //     pgadvisory.wait_try takes the lock for the head of the queue (or a
 //     first try when nobody waits) and wakes the next waiter at commit
-//     (NOTIFY pgadvisory_wait), pgadvisory.wait_leave removes a call's row.
+//     (NOTIFY pgadvisory_wait), pgadvisory.wait_leave removes a call's row;
+//     pgadvisory.fence_wait_try is wait_try for fenced calls, with
+//     pgadvisory.fence_acquire at the head of the queue.
 //
 // It is idempotent: when everything is applied it only reads the version
 // table and checks in the catalogs that the objects of the applied

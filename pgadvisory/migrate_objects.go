@@ -135,6 +135,7 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "sequence", name: "pgadvisory.waiter_seq_seq"},
 		{kind: "function", name: "pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean)"},
 		{kind: "function", name: "pgadvisory.wait_leave(bigint,bigint)"},
+		{kind: "function", name: "pgadvisory.fence_wait_try(bigint,bigint,bigint,bigint,text)"},
 	},
 }
 

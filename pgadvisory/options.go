@@ -120,7 +120,7 @@ type callState struct {
 // lock_timeout.
 //
 // [Locker.RunExclusive] and [Locker.RunOnce] on one exclusive lock (not
-// [WithLocks], [WithShared] or [WithFencing]; [WithReadOnly] too) wait
+// [WithLocks] or [WithShared]; [WithReadOnly] and [WithFencing] too) wait
 // without a connection, in arrival order, once lockgen's schema has
 // migration 00011 (see [Migrate]): the call tries first, in the round trips
 // of a call that does not wait; when the lock is held it joins the lock's

@@ -157,6 +157,12 @@ func runTx(ctx context.Context, c *callState, d txDriver, call func() error) txO
 		return txOutcome{end: txRefused, op: OpLock, kind: ErrStandby, ctxErr: ctx.Err()}
 	}
 	if !res.granted {
+		if c.queue != nil && st.fenced {
+			// Its place in the queue committed with COMMIT AND CHAIN;
+			// the chained transaction holds nothing.
+			c.rollbackBehind(ctx, d, &txc)
+			return txOutcome{end: txLocked}
+		}
 		if c.queue != nil {
 			return c.queue.keep(ctx, d) // its place in the queue commits
 		}

@@ -153,12 +153,12 @@ func (q *queueState) blockMS() int64 {
 }
 
 // queued reports whether c waits in lockgen's queue rather than in the
-// server's: a waiting transaction lock on one exclusive, unfenced,
-// unlimited ID, on a Locker whose database has the queue. A read-only
-// call's lock statement makes its transaction read-only once granted
-// (waitTryReadOnlySQL).
+// server's: a waiting transaction lock on one exclusive, unlimited ID,
+// on a Locker whose database has the queue. A read-only call's lock
+// statement makes its transaction read-only once granted
+// (waitTryReadOnlySQL); a fenced call's is fence_wait_try (wait_fenced.go).
 func (c *callState) queued() bool {
-	return c.wait && !c.session && !c.shared && !c.fencing && c.lim == nil && len(c.ids) == 1 &&
+	return c.wait && !c.session && !c.shared && c.lim == nil && len(c.ids) == 1 &&
 		c.locker != nil && !c.locker.noQueue.Load()
 }
 
@@ -174,6 +174,10 @@ func (q *queueState) statement(c *callState) lockStatement {
 	var seq any
 	if q.seq.Valid {
 		seq = q.seq.Int64
+	}
+	if c.fencing {
+		q.next.Valid = false // set by the hand-over, when it runs
+		return q.fencedStatement(c, seq, q.rowTTL(&c.locker.polls), q.blockMS())
 	}
 	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS()}, extra: []any{&q.seq, &q.head, &q.next}}
 }
@@ -216,7 +220,8 @@ func noQueueSchema(err error) bool {
 	case "3F000": // no schema pgadvisory
 		return true
 	case "42883", "42501", "0A000": // no wait_try, no right to call it, or a server that cannot run it
-		return strings.Contains(err.Error(), "pgadvisory.wait_try")
+		msg := err.Error()
+		return strings.Contains(msg, "pgadvisory.wait_try") || strings.Contains(msg, "pgadvisory.fence_wait_try")
 	}
 	return false
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgen/lockgen/internal/testkit/fencing"
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
@@ -78,27 +79,49 @@ func holdSession(t *testing.T, admin *sql.DB, lockID int64) (release func()) {
 	return release
 }
 
-// queueWaiters starts n waiting RunExclusive calls (WithWait(0)) for
-// lockID on door, one at a time, each once the previous one is queued in
-// pgadvisory.waiter. order is the order in which their fns ran so far (by
-// the index they were started with); done gets each call's error.
-func queueWaiters(t *testing.T, ctx context.Context, door frontdoor.Door, admin *sql.DB, lockID int64, n int) (order func() []int, done <-chan error) {
+// queueWaiters starts n waiting RunExclusive calls (WithWait(0) and opts)
+// for lockID on door, one at a time, each once the previous one is queued
+// in pgadvisory.waiter. order is the order in which their fns ran so far
+// (by the index they were started with); done gets each call's error.
+func queueWaiters(t *testing.T, ctx context.Context, door frontdoor.Door, admin *sql.DB, lockID int64, n int, opts ...pgadvisory.Option) (order func() []int, done <-chan error) {
+	order, _, done = queueFencedWaiters(t, ctx, door, admin, lockID, n, opts...)
+	return order, done
+}
+
+// queueFencedWaiters is queueWaiters that also returns the fencing
+// tokens the fns received, in the order they ran (0 for an unfenced call),
+// each checked against the token published when its fn ran.
+func queueFencedWaiters(t *testing.T, ctx context.Context, door frontdoor.Door, admin *sql.DB, lockID int64, n int, opts ...pgadvisory.Option) (order func() []int, tokens func() []int64, done <-chan error) {
 	t.Helper()
 	var mu sync.Mutex
 	var ran []int
+	var toks []int64
 	errs := make(chan error, n)
+	opts = append([]pgadvisory.Option{pgadvisory.WithWait(0)}, opts...)
 	for i := range n {
 		go func() {
-			errs <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error {
+			errs <- door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
+				tok, fenced := tx.FencingToken()
+				if fenced {
+					var published int64
+					if err := admin.QueryRowContext(ctx, `SELECT token FROM pgadvisory.fence WHERE lock_id = $1`, lockID).Scan(&published); err != nil {
+						return err
+					}
+					if published != tok {
+						return fmt.Errorf("waiter %d: fn runs with token %d, %d is published", i, tok, published)
+					}
+				}
 				mu.Lock()
 				ran = append(ran, i)
+				toks = append(toks, tok)
 				mu.Unlock()
 				return nil
-			}, pgadvisory.WithWait(0))
+			}, opts...)
 		}()
 		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == i+1 }, 30*time.Second, 2*time.Millisecond, "waiter %d queued", i)
 	}
-	return func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(ran) }, errs
+	return func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(ran) },
+		func() []int64 { mu.Lock(); defer mu.Unlock(); return slices.Clone(toks) }, errs
 }
 
 // TestWaitHoldsNoConnection: 20 calls wait (WithWait(0)) for a lock held
@@ -109,42 +132,59 @@ func queueWaiters(t *testing.T, ctx context.Context, door frontdoor.Door, admin 
 // lock, sends no NOTIFY, so the head waits for it on the server); in the
 // server's queue at most 4 could wait. They were started
 // one at a time, each once the previous one was queued: released, they
-// run in that order, and the queue is empty afterwards.
+// run in that order, and the queue is empty afterwards. Fenced calls
+// (WithFencing) too: each fn runs with the token published for the lock,
+// and the tokens grow in the order the fns ran.
 func TestWaitHoldsNoConnection(t *testing.T) {
 	admin := migrated.DB(t)
 	for _, driver := range frontdoor.Drivers {
-		t.Run(string(driver), func(t *testing.T) {
-			ctx := testdb.Context(t)
-			lockID := testdb.Key(t)
-			app := fmt.Sprintf("waitq_%d", lockID)
-			door := queueDoor(t, driver, app, 4, orderInterval)
-			release := holdSession(t, admin, lockID)
-
-			const waiters = 20
-			order, done := queueWaiters(t, ctx, door, admin, lockID, waiters)
-			// Every waiter queued. The holder is a session lock, which
-			// sends no NOTIFY: the head of the queue waits for it on the
-			// server.
-			most := requireQueuedConns(t, admin, app, 5)
-			var listening int
-			require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name = $1 AND query = 'LISTEN pgadvisory_wait'`, app).Scan(&listening))
-			require.Equal(t, 1, listening, "one connection of the Locker listens")
-			require.Equal(t, waiters, queueRows(t, admin, lockID))
-			t.Logf("%d calls queued; the Locker had at most %d connections on the server", waiters, most)
-
-			release()
-			for range waiters {
-				require.NoError(t, frontdoor.Await(t, done, "a waiter"))
-			}
-			want := make([]int, waiters)
-			for i := range want {
-				want[i] = i
-			}
-			require.Equal(t, want, order(), "granted in arrival order")
-			require.Zero(t, queueRows(t, admin, lockID), "the queue is empty")
-		})
+		for _, fenced := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fenced=%v", driver, fenced), func(t *testing.T) {
+				testWaitHoldsNoConnection(t, admin, driver, fenced)
+			})
+		}
 	}
+}
+
+func testWaitHoldsNoConnection(t *testing.T, admin *sql.DB, driver frontdoor.Driver, fenced bool) {
+	ctx := testdb.Context(t)
+	lockID := testdb.Key(t)
+	app := fmt.Sprintf("waitq_%d", lockID)
+	door := queueDoor(t, driver, app, 4, orderInterval)
+	release := holdSession(t, admin, lockID)
+	var opts []pgadvisory.Option
+	if fenced {
+		opts = append(opts, pgadvisory.WithFencing())
+	}
+
+	const waiters = 20
+	order, tokens, done := queueFencedWaiters(t, ctx, door, admin, lockID, waiters, opts...)
+	// Every waiter queued. The holder is a session lock, which
+	// sends no NOTIFY: the head of the queue waits for it on the
+	// server.
+	most := requireQueuedConns(t, admin, app, 5)
+	var listening int
+	require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = $1 AND query = 'LISTEN pgadvisory_wait'`, app).Scan(&listening))
+	require.Equal(t, 1, listening, "one connection of the Locker listens")
+	require.Equal(t, waiters, queueRows(t, admin, lockID))
+	t.Logf("%d calls queued; the Locker had at most %d connections on the server", waiters, most)
+
+	release()
+	for range waiters {
+		require.NoError(t, frontdoor.Await(t, done, "a waiter"))
+	}
+	want := make([]int, waiters)
+	for i := range want {
+		want[i] = i
+	}
+	require.Equal(t, want, order(), "granted in arrival order")
+	if fenced {
+		toks := tokens()
+		require.True(t, slices.IsSorted(toks) && len(slices.Compact(slices.Clone(toks))) == waiters && toks[0] > 0,
+			"tokens grow in the order the fns ran: %v", toks)
+	}
+	require.Zero(t, queueRows(t, admin, lockID), "the queue is empty")
 }
 
 // TestWaitReadOnlyQueued: read-only waiting calls (WithReadOnly) wait in
@@ -299,40 +339,61 @@ func requireQueuedConns(t *testing.T, admin *sql.DB, app string, most int) int {
 // ctx's error and removes its row; one whose WithWait timeout passes
 // returns ErrLockTimeout and removes its row; one granted whose fn fails
 // (its lock transaction, which removed the row, rolls back) removes it
-// too. The lock's queue is empty after each.
+// too. The lock's queue is empty after each. Fenced calls (WithFencing)
+// too, and a fenced waiter that never got the lock published nothing.
 func TestWaitCanceledLeavesNothing(t *testing.T) {
 	admin := migrated.DB(t)
-	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
-		ctx := testdb.Context(t)
-		lockID := testdb.Key(t)
-		release := holdSession(t, admin, lockID)
-		fn := func(frontdoor.Tx) error { return errors.New("fn ran") }
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+				testWaitCanceledLeavesNothing(t, admin, door, fenced)
+			})
+		})
+	}
+}
 
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- door.RunExclusive(cctx, lockID, fn, pgadvisory.WithWait(0)) }()
-		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 30*time.Second, 2*time.Millisecond, "queued")
-		cancel()
-		err := frontdoor.Await(t, done, "the canceled waiter")
-		require.ErrorIs(t, err, context.Canceled)
-		require.Zero(t, queueRows(t, admin, lockID), "a canceled waiter leaves no row")
+func testWaitCanceledLeavesNothing(t *testing.T, admin *sql.DB, door frontdoor.Door, fenced bool) {
+	ctx := testdb.Context(t)
+	lockID := testdb.Key(t)
+	release := holdSession(t, admin, lockID)
+	fn := func(frontdoor.Tx) error { return errors.New("fn ran") }
+	with := func(opts ...pgadvisory.Option) []pgadvisory.Option {
+		if fenced {
+			return append(opts, pgadvisory.WithFencing())
+		}
+		return opts
+	}
 
-		err = door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(300*time.Millisecond))
-		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
-		var pe *pgadvisory.Error
-		require.True(t, errors.As(err, &pe))
-		require.Equal(t, pgadvisory.OpLock, pe.Op)
-		require.Zero(t, queueRows(t, admin, lockID), "a timed-out waiter leaves no row")
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- door.RunExclusive(cctx, lockID, fn, with(pgadvisory.WithWait(0))...) }()
+	require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 30*time.Second, 2*time.Millisecond, "queued")
+	cancel()
+	err := frontdoor.Await(t, done, "the canceled waiter")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, queueRows(t, admin, lockID), "a canceled waiter leaves no row")
 
-		boom := errors.New("boom")
-		go func() {
-			done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error { return boom }, pgadvisory.WithWait(0))
-		}()
-		require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 30*time.Second, 2*time.Millisecond, "queued")
-		release()
-		require.ErrorIs(t, frontdoor.Await(t, done, "the failing waiter"), boom)
-		require.Zero(t, queueRows(t, admin, lockID), "a granted waiter whose fn failed leaves no row")
-	})
+	err = door.RunExclusive(ctx, lockID, fn, with(pgadvisory.WithWait(300*time.Millisecond))...)
+	require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+	var pe *pgadvisory.Error
+	require.True(t, errors.As(err, &pe))
+	require.Equal(t, pgadvisory.OpLock, pe.Op)
+	require.Zero(t, queueRows(t, admin, lockID), "a timed-out waiter leaves no row")
+	if fenced {
+		require.Zero(t, fencing.Published(t, admin, lockID), "a waiter that never got the lock publishes nothing")
+	}
+
+	boom := errors.New("boom")
+	go func() {
+		done <- door.RunExclusive(ctx, lockID, func(frontdoor.Tx) error { return boom }, with(pgadvisory.WithWait(0))...)
+	}()
+	require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 30*time.Second, 2*time.Millisecond, "queued")
+	release()
+	require.ErrorIs(t, frontdoor.Await(t, done, "the failing waiter"), boom)
+	require.Zero(t, queueRows(t, admin, lockID), "a granted waiter whose fn failed leaves no row")
+	if fenced {
+		require.NotZero(t, fencing.Published(t, admin, lockID), "the granted waiter published its token before fn")
+	}
 }
 
 // The waiting processes: TestWaitOrderProcesses and TestWaitKilledWaiter
@@ -344,7 +405,7 @@ func TestWaitCanceledLeavesNothing(t *testing.T) {
 // Environment of a waiting child process.
 const (
 	waitChildURL  = "LOCKGEN_WAIT_CHILD_URL"
-	waitChildSpec = "LOCKGEN_WAIT_CHILD_SPEC" // driver,lockID,check interval
+	waitChildSpec = "LOCKGEN_WAIT_CHILD_SPEC" // driver,lockID,check interval,fenced
 )
 
 // TestWaitChildProcess is a child of the waiting process tests. Run by
@@ -355,7 +416,11 @@ func TestWaitChildProcess(t *testing.T) {
 		t.Skip("a child process of TestWaitOrderProcesses and TestWaitKilledWaiter")
 	}
 	spec := strings.Split(os.Getenv(waitChildSpec), ",")
-	require.Len(t, spec, 3)
+	require.Len(t, spec, 4)
+	opts := []pgadvisory.Option{pgadvisory.WithWait(0)}
+	if spec[3] == "fenced" {
+		opts = append(opts, pgadvisory.WithFencing())
+	}
 	driver := spec[0]
 	lockID, err := strconv.ParseInt(spec[1], 10, 64)
 	require.NoError(t, err)
@@ -394,8 +459,9 @@ func TestWaitChildProcess(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			err := door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
-				return tx.Exec(ctx, `INSERT INTO wait_order (lock_id, j) VALUES ($1, $2)`, lockID, j)
-			}, pgadvisory.WithWait(0))
+				tok, _ := tx.FencingToken()
+				return tx.Exec(ctx, `INSERT INTO wait_order (lock_id, j, token) VALUES ($1, $2, $3)`, lockID, j, tok)
+			}, opts...)
 			if err != nil {
 				say("failed %d: %v", j, err)
 				return
@@ -411,11 +477,16 @@ func TestWaitChildProcess(t *testing.T) {
 type waitChild struct{ *childProcess }
 
 // startWaitChild starts a waiting child process on driver and lockID,
-// whose Locker has the check interval given.
-func startWaitChild(t *testing.T, driver string, lockID int64, interval time.Duration) *waitChild {
+// whose Locker has the check interval given, and whose calls are fenced
+// (WithFencing) when fenced is true.
+func startWaitChild(t *testing.T, driver string, lockID int64, interval time.Duration, fenced bool) *waitChild {
 	t.Helper()
+	mode := "plain"
+	if fenced {
+		mode = "fenced"
+	}
 	return &waitChild{startChild(t, "TestWaitChildProcess",
-		waitChildURL+"="+testdb.URL(t), fmt.Sprintf("%s=%s,%d,%v", waitChildSpec, driver, lockID, interval))}
+		waitChildURL+"="+testdb.URL(t), fmt.Sprintf("%s=%s,%d,%v,%s", waitChildSpec, driver, lockID, interval, mode))}
 }
 
 // start makes the child start waiter j.
@@ -427,8 +498,24 @@ func (c *waitChild) start(t *testing.T, j int) {
 
 // waitOrderTable creates the table the children's fns write to.
 func waitOrderTable(t *testing.T, admin *sql.DB) {
-	_, err := admin.Exec(`CREATE TABLE IF NOT EXISTS wait_order (n bigserial PRIMARY KEY, lock_id bigint NOT NULL, j int NOT NULL)`)
+	_, err := admin.Exec(`CREATE TABLE IF NOT EXISTS wait_order (n bigserial PRIMARY KEY, lock_id bigint NOT NULL, j int NOT NULL, token bigint NOT NULL DEFAULT 0)`)
 	require.NoError(t, err)
+}
+
+// grantTokens is the fencing tokens lockID's waiters ran with, in the
+// order they ran (0 for unfenced calls).
+func grantTokens(t *testing.T, admin *sql.DB, lockID int64) []int64 {
+	rows, err := admin.Query(`SELECT token FROM wait_order WHERE lock_id = $1 ORDER BY n`, lockID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var toks []int64
+	for rows.Next() {
+		var tok int64
+		require.NoError(t, rows.Scan(&tok))
+		toks = append(toks, tok)
+	}
+	require.NoError(t, rows.Err())
+	return toks
 }
 
 // grantOrder is the order in which lockID's waiters ran.
@@ -450,14 +537,20 @@ func grantOrder(t *testing.T, admin *sql.DB, lockID int64) []int {
 // pgx), started one at a time across the processes (each once the previous
 // one is queued) while a session of the test holds the lock: released,
 // they run in the order they started waiting, each once, and the queue is
-// empty afterwards.
+// empty afterwards. Fenced waiters too, whose tokens grow in that order.
 func TestWaitOrderProcesses(t *testing.T) {
 	admin := migrated.DB(t)
 	waitOrderTable(t, admin)
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) { testWaitOrderProcesses(t, admin, fenced) })
+	}
+}
+
+func testWaitOrderProcesses(t *testing.T, admin *sql.DB, fenced bool) {
 	lockID := testdb.Key(t)
 	release := holdSession(t, admin, lockID)
-	children := []*waitChild{startWaitChild(t, "pgx", lockID, 3*time.Second), startWaitChild(t, "sql", lockID, 3*time.Second),
-		startWaitChild(t, "pgx", lockID, 3*time.Second)}
+	children := []*waitChild{startWaitChild(t, "pgx", lockID, 3*time.Second, fenced), startWaitChild(t, "sql", lockID, 3*time.Second, fenced),
+		startWaitChild(t, "pgx", lockID, 3*time.Second, fenced)}
 	const waiters = 10
 	for j := range waiters {
 		children[(j*7+j/3)%3].start(t, j) // an irregular spread over the processes
@@ -479,6 +572,10 @@ func TestWaitOrderProcesses(t *testing.T) {
 		want[i] = i
 	}
 	require.Equal(t, want, grantOrder(t, admin, lockID), "granted in arrival order across processes")
+	if toks := grantTokens(t, admin, lockID); fenced {
+		require.True(t, toks[0] > 0 && slices.IsSorted(toks) && len(slices.Compact(slices.Clone(toks))) == waiters,
+			"tokens grow in the order the fns ran: %v", toks)
+	}
 	require.Zero(t, queueRows(t, admin, lockID))
 }
 
@@ -495,7 +592,7 @@ func TestWaitKilledWaiter(t *testing.T) {
 			ctx := testdb.Context(t)
 			lockID := testdb.Key(t)
 			release := holdSession(t, admin, lockID)
-			child := startWaitChild(t, "pgx", lockID, time.Second)
+			child := startWaitChild(t, "pgx", lockID, time.Second, false)
 			child.start(t, 0)
 			require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 60*time.Second, 2*time.Millisecond, "the child is queued")
 			door := queueDoor(t, frontdoor.SQL, "waitkill", 4, pgadvisory.WithDefaultCheckInterval(time.Second))
@@ -557,29 +654,49 @@ func leaveWaiter(t *testing.T, admin *sql.DB, lockID, seq int64) {
 // queues behind and its WithWait timeout passes. A call without WithWait
 // takes the free lock (only waiting calls keep the order). The control:
 // once the queued waiter leaves, the waiting call takes the lock at once.
+// The waiting call fenced (WithFencing) too: queued behind, it publishes
+// nothing.
 func TestWaitNewcomerQueuesBehind(t *testing.T) {
 	admin := migrated.DB(t)
-	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
-		ctx := testdb.Context(t)
-		lockID := testdb.Key(t)
-		seq := queueLiveWaiter(t, admin, lockID)
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+				testWaitNewcomerQueuesBehind(t, admin, door, fenced)
+			})
+		})
+	}
+}
 
-		ran := false
-		fn := func(frontdoor.Tx) error { ran = true; return nil }
-		err := door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(300*time.Millisecond))
-		require.ErrorIs(t, err, pgadvisory.ErrLockTimeout, "a waiting call queues behind the live waiter")
-		require.False(t, ran)
-		require.NoError(t, door.RunExclusive(ctx, lockID, fn), "a call without WithWait takes the free lock")
-		require.True(t, ran)
+func testWaitNewcomerQueuesBehind(t *testing.T, admin *sql.DB, door frontdoor.Door, fenced bool) {
+	ctx := testdb.Context(t)
+	lockID := testdb.Key(t)
+	seq := queueLiveWaiter(t, admin, lockID)
+	wait := func(d time.Duration) []pgadvisory.Option {
+		if fenced {
+			return []pgadvisory.Option{pgadvisory.WithWait(d), pgadvisory.WithFencing()}
+		}
+		return []pgadvisory.Option{pgadvisory.WithWait(d)}
+	}
 
-		leaveWaiter(t, admin, lockID, seq)
-		ran = false
-		start := time.Now()
-		require.NoError(t, door.RunExclusive(ctx, lockID, fn, pgadvisory.WithWait(10*time.Second)), "control: the queue is empty")
-		require.True(t, ran)
-		require.Less(t, time.Since(start), 5*time.Second)
-		require.Zero(t, queueRows(t, admin, lockID))
-	})
+	ran := false
+	fn := func(frontdoor.Tx) error { ran = true; return nil }
+	err := door.RunExclusive(ctx, lockID, fn, wait(300*time.Millisecond)...)
+	require.ErrorIs(t, err, pgadvisory.ErrLockTimeout, "a waiting call queues behind the live waiter")
+	require.False(t, ran)
+	require.Zero(t, fencing.Published(t, admin, lockID), "queued behind, nothing published")
+	require.NoError(t, door.RunExclusive(ctx, lockID, fn), "a call without WithWait takes the free lock")
+	require.True(t, ran)
+
+	leaveWaiter(t, admin, lockID, seq)
+	ran = false
+	start := time.Now()
+	require.NoError(t, door.RunExclusive(ctx, lockID, fn, wait(10*time.Second)...), "control: the queue is empty")
+	require.True(t, ran)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Zero(t, queueRows(t, admin, lockID))
+	if fenced {
+		require.NotZero(t, fencing.Published(t, admin, lockID), "control: granted, it published")
+	}
 }
 
 // TestWaitThroughPgBouncer: through PgBouncer in transaction mode (both
@@ -587,33 +704,43 @@ func TestWaitNewcomerQueuesBehind(t *testing.T) {
 // order while a direct session holds the lock, and run in that order once
 // it is released, woken by polling: no server connection listens (the
 // Locker saw the pooler and did not LISTEN). The queue is empty afterwards.
+// Fenced calls too, with growing tokens.
 func TestWaitThroughPgBouncer(t *testing.T) {
 	admin := migrated.DB(t)
 	for _, mode := range pgbouncerExecModes {
 		t.Run(mode, func(t *testing.T) {
 			e := newPgBouncerPools(t, mode)
 			for _, door := range e.doors() {
-				t.Run(door.Label(), func(t *testing.T) {
-					ctx := testdb.Context(t)
-					lockID := testdb.Key(t)
-					release := holdSession(t, admin, lockID)
-					var before int
-					require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&before))
-					const waiters = 6
-					order, done := queueWaiters(t, ctx, door, admin, lockID, waiters)
-					listening := func() int {
-						var n int
-						require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&n))
-						return n
-					}
-					require.LessOrEqual(t, listening(), before, "nobody listens through the pooler (other tests' Lockers may still)")
-					release()
-					for range waiters {
-						require.NoError(t, frontdoor.Await(t, done, "a waiter"))
-					}
-					require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order(), "granted in arrival order")
-					require.Zero(t, queueRows(t, admin, lockID))
-				})
+				for _, fenced := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/fenced=%v", door.Label(), fenced), func(t *testing.T) {
+						ctx := testdb.Context(t)
+						lockID := testdb.Key(t)
+						release := holdSession(t, admin, lockID)
+						var before int
+						require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&before))
+						const waiters = 6
+						var opts []pgadvisory.Option
+						if fenced {
+							opts = append(opts, pgadvisory.WithFencing())
+						}
+						order, tokens, done := queueFencedWaiters(t, ctx, door, admin, lockID, waiters, opts...)
+						listening := func() int {
+							var n int
+							require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgadvisory_wait'`).Scan(&n))
+							return n
+						}
+						require.LessOrEqual(t, listening(), before, "nobody listens through the pooler (other tests' Lockers may still)")
+						release()
+						for range waiters {
+							require.NoError(t, frontdoor.Await(t, done, "a waiter"))
+						}
+						require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order(), "granted in arrival order")
+						if fenced {
+							require.True(t, slices.IsSorted(tokens()) && tokens()[0] > 0, "tokens %v", tokens())
+						}
+						require.Zero(t, queueRows(t, admin, lockID))
+					})
+				}
 			}
 		})
 	}

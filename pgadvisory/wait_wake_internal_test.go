@@ -21,14 +21,23 @@ import (
 // that order. X releases: it came without queueing and sends no NOTIFY, so
 // it wakes all three; A takes the lock, B and C refresh their rows. A
 // releases: B runs, and C does not try (its row's expiry stays).
+//
+// Fenced calls (WithFencing) too: their hand-over's statement removes the
+// granted call's row and names the next waiter.
 func TestQueuedReleaseWakesNamedWaiter(t *testing.T) {
+	for name, opts := range map[string][]Option{"plain": {WithWait(0)}, "fenced": {WithWait(0), WithFencing()}} {
+		t.Run(name, func(t *testing.T) { testQueuedReleaseWakesNamedWaiter(t, opts) })
+	}
+}
+
+func testQueuedReleaseWakesNamedWaiter(t *testing.T, opts []Option) {
 	ctx, calls := pollingOff(t, &waitPollMin, &waitPollMax)
 	l := migratedLocker(ctx, t, true, WithDefaultCheckInterval(5*time.Minute))
 	pool := l.d.(pgxDriver).pool
 	lock := ID(testdb.Key(t))
 	start := func() *heldCall {
 		return startHeld(ctx, calls, func(hold func() error) error {
-			return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return hold() }, WithWait(0))
+			return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return hold() }, opts...)
 		})
 	}
 	// expiries is the queue's rows, first first: seq -> expiry.

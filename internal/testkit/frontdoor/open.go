@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/pgadvisory"
 )
 
 // DefaultMaxConns is the pool size of a door opened without [MaxConns].
@@ -23,6 +24,7 @@ type openConfig struct {
 	maxConns  int
 	url       string // "" means the package database (testdb)
 	configure []func(*pgx.ConnConfig)
+	locker    []pgadvisory.LockerOption
 }
 
 // MaxConns bounds the pool to n connections (database/sql: open and idle).
@@ -47,6 +49,11 @@ func Settings(params map[string]string) Option {
 // apply in order, after the package database's URL was parsed.
 func Configure(edit func(*pgx.ConnConfig)) Option {
 	return func(c *openConfig) { c.configure = append(c.configure, edit) }
+}
+
+// Locker passes opts to the door's Locker (pgadvisory.New).
+func Locker(opts ...pgadvisory.LockerOption) Option {
+	return func(c *openConfig) { c.locker = append(c.locker, opts...) }
 }
 
 // Open opens a new pool of driver drv on the package database (testdb), or
@@ -76,7 +83,7 @@ func Open(t testing.TB, drv Driver, opts ...Option) Door {
 		db.SetMaxIdleConns(c.maxConns)
 		t.Cleanup(func() { _ = db.Close() })
 		require.NoError(t, db.PingContext(ctx))
-		return OnDB(db)
+		return OnDB(db, c.locker...)
 	case Pgx:
 		cfg, err := pgxpool.ParseConfig(c.url)
 		require.NoError(t, err)
@@ -98,7 +105,7 @@ func Open(t testing.TB, drv Driver, opts ...Option) Door {
 			}
 		})
 		require.NoError(t, pool.Ping(ctx))
-		return OnPool(pool)
+		return OnPool(pool, c.locker...)
 	}
 	t.Fatalf("frontdoor: unknown driver %q", drv)
 	return Door{}
