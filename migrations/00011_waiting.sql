@@ -8,9 +8,10 @@
 --
 --   * pgadvisory.waiter has one row per waiting call: the lock, the call's
 --     place in the queue (seq, from an identity: the order in which the
---     calls joined) and its expiry on the database's clock, which each try
---     moves forward. A row whose expiry passed is a waiter that went away
---     (its process died, its link broke): it no longer blocks the queue.
+--     calls joined), its expiry on the database's clock, which each try
+--     moves forward, and its mode (shared: a WithShared call). A row whose
+--     expiry passed is a waiter that went away (its process died, its
+--     link broke): it no longer blocks the queue.
 --   * wait_try(lock_id, seq, ttl_ms) is a waiting call's lock statement,
 --     run in the lock transaction. The head of the queue is its live row
 --     with the smallest seq. With seq NULL (the call's first try) it takes
@@ -53,6 +54,19 @@
 --     came through the queue holds the lock, its row (deleted, not yet
 --     committed) still comes first for everyone else: nobody is the head,
 --     nobody waits on the server, and its NOTIFY wakes the next one.
+--   * Shared calls (wait_try's p_shared) share the lock with each other:
+--     a shared call's head is the first live exclusive waiter, and it may
+--     take the lock (pg_try_advisory_xact_lock_shared) when no live
+--     exclusive waiter is ahead of it, so a run of shared waiters is
+--     granted together and an exclusive waiter behind them waits until
+--     all of them released, while a shared call that comes after an
+--     exclusive waiter waits for it (no writer is starved by readers that
+--     keep coming). The wake-ups (wait_wake, not callable by PUBLIC)
+--     follow: a granted exclusive call or a wait that ends notifies the
+--     first live waiter and, when it is shared, each live shared waiter
+--     after it up to the next exclusive one; a granted shared call
+--     notifies the first live exclusive waiter, which takes the lock once
+--     the last shared holder released.
 --   * wait_leave(lock_id, seq) removes a call's row (a canceled or failed
 --     wait) and wakes the head of the queue, when there is one (the same
 --     NOTIFY).
@@ -71,7 +85,11 @@
 --     caller's hand-over transaction, fn's, removes it with wait_leave,
 --     whose NOTIFY is delivered when fn's transaction ends, that is when
 --     the lock is released; on a rollback the caller calls wait_leave
---     again.
+--     again. A try that joins the queue commits the row within the
+--     message, before the caller reads the row's seq: a caller whose
+--     wait ends while it reads (ctx) would not know its row. So a new row
+--     carries the caller's own random number (p_caller, the column
+--     caller), by which it finds and leaves it.
 --
 -- pgadvisory.waiter is UNLOGGED: its rows live for seconds, and a
 -- transaction that writes only them commits without waiting for a WAL
@@ -104,20 +122,71 @@ CREATE UNLOGGED TABLE pgadvisory.waiter (
     lock_id bigint NOT NULL,
     seq     bigint GENERATED ALWAYS AS IDENTITY,
     expires timestamptz NOT NULL,
+    shared  boolean NOT NULL DEFAULT false,
+    caller  bigint,
     PRIMARY KEY (lock_id, seq)
 );
 
 COMMENT ON TABLE pgadvisory.waiter IS
 'lockgen waiting calls: one row per call waiting for a transaction lock, in arrival order (seq), with '
-'its expiry on the database''s clock (a waiter that went away blocks no one once it passed). Written '
-'only by pgadvisory.wait_try, pgadvisory.fence_wait_try and pgadvisory.wait_leave; readable by any role.';
+'its expiry on the database''s clock (a waiter that went away blocks no one once it passed) and its mode '
+'(shared: a WithShared call). Written only by pgadvisory.wait_try, pgadvisory.fence_wait_try and '
+'pgadvisory.wait_leave; readable by any role.';
 
 REVOKE ALL ON TABLE pgadvisory.waiter FROM PUBLIC;
 GRANT SELECT ON TABLE pgadvisory.waiter TO PUBLIC;
 
 -- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_wake(p_lock_id bigint, p_after_shared boolean)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_first bigint;
+    v_seq   bigint;
+    v_sh    boolean;
+BEGIN
+    -- Called by wait_try and wait_leave, as their owner, once the caller's
+    -- own row is removed (in the same transaction: it is not seen here).
+    -- Wakes (NOTIFY pgadvisory_wait, delivered at commit) the waiters that
+    -- may take the lock once this transaction ends: after an exclusive
+    -- hold or a wait that ended, the first live waiter and, when it is
+    -- shared, every live shared waiter after it up to the first exclusive
+    -- one; after a shared hold (p_after_shared), the first live exclusive
+    -- waiter (the shared ones may take the lock already). Returns the
+    -- first one woken.
+    FOR v_seq, v_sh IN
+        SELECT w.seq, w.shared FROM pgadvisory.waiter AS w
+         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
+           AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+           AND (NOT p_after_shared OR NOT w.shared)
+         ORDER BY w.seq
+    LOOP
+        EXIT WHEN v_first IS NOT NULL AND NOT v_sh;
+        PERFORM pg_catalog.pg_notify('pgadvisory_wait',
+            p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_seq::pg_catalog.text);
+        IF v_first IS NULL THEN
+            v_first := v_seq;
+            EXIT WHEN NOT v_sh;
+        END IF;
+    END LOOP;
+    RETURN v_first;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_wake(bigint, boolean) IS
+'lockgen waiting calls: notifies pgadvisory_wait (at commit) for the waiters of a lock that may take it '
+'once the calling transaction ends (see 00011). Called by pgadvisory.wait_try and pgadvisory.wait_leave; '
+'not executable by PUBLIC.';
+
+REVOKE EXECUTE ON FUNCTION pgadvisory.wait_wake(bigint, boolean) FROM PUBLIC;
+
+-- +goose StatementBegin
 CREATE FUNCTION pgadvisory.wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint DEFAULT 0,
-    p_wake boolean DEFAULT true, OUT granted boolean, OUT seq bigint, OUT head boolean, OUT next bigint)
+    p_wake boolean DEFAULT true, p_shared boolean DEFAULT false,
+    OUT granted boolean, OUT seq bigint, OUT head boolean, OUT next bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -149,12 +218,21 @@ BEGIN
             seq := NULL; -- removed as expired: join again, at the end
         END IF;
     END IF;
+    -- The head: the first live waiter. A shared call (p_shared) shares the
+    -- lock with the shared waiters ahead of it: its head is the first live
+    -- exclusive waiter, and it may take the lock when none is ahead of it.
     SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
      WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.expires OPERATOR(pg_catalog.>) v_now
+       AND (NOT p_shared OR NOT w.shared)
      ORDER BY w.seq LIMIT 1;
-    IF (seq IS NULL AND v_head IS NULL) OR (seq IS NOT NULL AND v_head OPERATOR(pg_catalog.=) seq) THEN
+    IF (seq IS NULL AND v_head IS NULL) OR (seq IS NOT NULL AND v_head OPERATOR(pg_catalog.=) seq)
+       OR (p_shared AND seq IS NOT NULL AND (v_head IS NULL OR v_head OPERATOR(pg_catalog.>) seq)) THEN
         head := true;
-        granted := pg_catalog.pg_try_advisory_xact_lock(p_lock_id);
+        IF p_shared THEN
+            granted := pg_catalog.pg_try_advisory_xact_lock_shared(p_lock_id);
+        ELSE
+            granted := pg_catalog.pg_try_advisory_xact_lock(p_lock_id);
+        END IF;
         v_block := LEAST(COALESCE(p_block_ms, 0), p_ttl_ms OPERATOR(pg_catalog./) 2);
         IF NOT granted AND seq IS NOT NULL AND v_block OPERATOR(pg_catalog.>) 0 THEN
             -- The holder did not come through the queue (its row would
@@ -167,7 +245,11 @@ BEGIN
             v_lt := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout', GREATEST(v_block, 1)::pg_catalog.text OPERATOR(pg_catalog.||) 'ms', true);
-                PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
+                IF p_shared THEN
+                    PERFORM pg_catalog.pg_advisory_xact_lock_shared(p_lock_id);
+                ELSE
+                    PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
+                END IF;
                 PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
                 granted := true;
             EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
@@ -187,16 +269,10 @@ BEGIN
             IF seq IS NOT NULL THEN
                 DELETE FROM pgadvisory.waiter AS w
                  WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
-                -- Wake the next waiter when this transaction commits,
+                -- Wake the next waiters when this transaction commits,
                 -- that is when the lock is released.
-                SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
-                 WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
-                   AND w.seq OPERATOR(pg_catalog.<>) seq AND w.expires OPERATOR(pg_catalog.>) v_now
-                 ORDER BY w.seq LIMIT 1;
-                IF v_head IS NOT NULL AND p_wake THEN
-                    PERFORM pg_catalog.pg_notify('pgadvisory_wait',
-                        p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_head::pg_catalog.text);
-                    next := v_head;
+                IF p_wake THEN
+                    next := pgadvisory.wait_wake(p_lock_id, p_shared);
                 END IF;
             END IF;
             RETURN;
@@ -209,8 +285,9 @@ BEGIN
              WHERE x.lock_id OPERATOR(pg_catalog.=) p_lock_id
                AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
              FOR UPDATE SKIP LOCKED));
-        INSERT INTO pgadvisory.waiter AS w (lock_id, expires)
-        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
+        INSERT INTO pgadvisory.waiter AS w (lock_id, expires, shared)
+        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
+                COALESCE(p_shared, false))
         RETURNING w.seq INTO seq;
         head := v_head IS NULL;
     END IF;
@@ -218,13 +295,14 @@ END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean) IS
+COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean, boolean) IS
 'lockgen waiting calls: the lock statement of a waiting transaction lock. Takes the lock '
 '(pg_try_advisory_xact_lock) only for the head of its queue (p_seq), or for a first try (p_seq NULL) '
-'when no live waiter is queued; the head finding the lock held by a holder that did not queue waits for it '
+'when no live waiter is queued; with p_shared, in shared mode (pg_try_advisory_xact_lock_shared) when '
+'no live exclusive waiter is ahead of the call; the head finding the lock held by a holder that did not queue waits for it '
 '(pg_advisory_xact_lock) at most p_block_ms, half of p_ttl_ms and half of statement_timeout; granted, '
 'removes the caller''s row and, unless p_wake is false, notifies pgadvisory_wait '
-'(delivered at commit) when another waiter is queued; not granted, refreshes or inserts the caller''s '
+'(delivered at commit) for the waiters that may take the lock next (pgadvisory.wait_wake); not granted, refreshes or inserts the caller''s '
 'row with an expiry of p_ttl_ms. Returns (granted, seq, head: first in the queue, next: the seq the NOTIFY names, '
 'or NULL). SECURITY DEFINER: callers need no privilege '
 'on pgadvisory.waiter.';
@@ -244,14 +322,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
-     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
-       AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-     ORDER BY w.seq LIMIT 1;
-    IF v_head IS NOT NULL THEN
-        PERFORM pg_catalog.pg_notify('pgadvisory_wait',
-            p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_head::pg_catalog.text);
-    END IF;
+    v_head := pgadvisory.wait_wake(p_lock_id, false);
     RETURN true;
 END
 $$;
@@ -259,12 +330,12 @@ $$;
 
 COMMENT ON FUNCTION pgadvisory.wait_leave(bigint, bigint) IS
 'lockgen waiting calls: removes the queue row p_seq of p_lock_id (a wait that ended without the lock) '
-'and notifies pgadvisory_wait when another waiter is queued. Returns whether the row existed. '
+'and notifies pgadvisory_wait for the waiters that may take the lock next (pgadvisory.wait_wake). Returns whether the row existed. '
 'SECURITY DEFINER: callers need no privilege on pgadvisory.waiter.';
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadvisory.fence_wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint,
-    p_publish_timeout text,
+    p_publish_timeout text, p_caller bigint DEFAULT NULL,
     OUT granted boolean, OUT standby boolean, OUT token bigint, OUT seq bigint, OUT head boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -355,8 +426,9 @@ BEGIN
              WHERE x.lock_id OPERATOR(pg_catalog.=) p_lock_id
                AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
              FOR UPDATE SKIP LOCKED));
-        INSERT INTO pgadvisory.waiter AS w (lock_id, expires)
-        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
+        INSERT INTO pgadvisory.waiter AS w (lock_id, expires, caller)
+        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
+                p_caller)
         RETURNING w.seq INTO seq;
         head := v_head IS NULL;
     END IF;
@@ -364,7 +436,7 @@ END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text) IS
+COMMENT ON FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text, bigint) IS
 'lockgen waiting calls: the lock statement of a waiting fenced call, first in its transaction (25001 '
 'after the transaction wrote anything), in place of pgadvisory.fence_acquire. At the head of the '
 'lock''s queue (p_seq), or for a first try (p_seq NULL) when no live waiter is queued, runs '
@@ -372,11 +444,13 @@ COMMENT ON FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, te
 'queue first waits for it at transaction level at most p_block_ms, half of p_ttl_ms and half of '
 'statement_timeout); granted, returns the token and leaves the caller''s row for its hand-over '
 'transaction to remove (pgadvisory.wait_leave); not granted, refreshes or inserts the caller''s row '
-'with an expiry of p_ttl_ms. Returns (granted, standby, token, seq, head). SECURITY DEFINER: callers '
-'need no privilege on pgadvisory.waiter, pgadvisory.fence or the token sequence.';
+'with an expiry of p_ttl_ms and, in a new row, the caller''s p_caller. Returns (granted, standby, token, seq, '
+'head). SECURITY DEFINER: callers need no privilege on pgadvisory.waiter, pgadvisory.fence or the token '
+'sequence.';
 
 -- +goose Down
-DROP FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text);
+DROP FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text, bigint);
 DROP FUNCTION pgadvisory.wait_leave(bigint, bigint);
-DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean);
+DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean, boolean);
+DROP FUNCTION pgadvisory.wait_wake(bigint, boolean);
 DROP TABLE pgadvisory.waiter;

@@ -347,7 +347,7 @@ func TestCancelServerSide(t *testing.T) {
 			ctx := testdb.Context(t)
 			w := witness.New(t)
 			door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(cancelOnServer))
-			key := testdb.Key(t)
+			key, other := testdb.Key(t), testdb.Key(t)
 			held, release := make(chan struct{}), make(chan struct{})
 			holderDone := make(chan error, 1)
 			go func() {
@@ -364,10 +364,10 @@ func TestCancelServerSide(t *testing.T) {
 			wctx, cancel := context.WithCancel(ctx)
 			waiterDone := make(chan error, 1)
 			go func() {
-				// Shared, so that it waits in the server's queue (an exclusive
-				// wait queues in lockgen's, holding no connection:
+				// A set, so that it waits in the server's queue (one lock
+				// waits in lockgen's, holding no connection:
 				// TestCancelWhileWaiting/lockgen_queue).
-				waiterDone <- door.RunExclusive(wctx, key, func(frontdoor.Tx) error { return nil }, pgadvisory.WithWait(0), pgadvisory.WithShared())
+				waiterDone <- door.RunExclusive(wctx, key, func(frontdoor.Tx) error { return nil }, pgadvisory.WithWait(0), pgadvisory.WithLocks(other))
 			}()
 			require.Eventually(t, func() bool { return w.Locks(t, false, key) == 1 }, 30*time.Second, 10*time.Millisecond)
 			cancel()

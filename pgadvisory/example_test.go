@@ -147,11 +147,11 @@ func ExampleError() {
 	lockID := exampleLockID("error")
 
 	_ = pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error {
-		// A shared wait waits in the server's lock queue, which ends it
-		// with the server's error (an exclusive one waits in lockgen's
+		// A set of locks waits in the server's lock queue, which ends
+		// the wait with the server's error (one lock waits in lockgen's
 		// queue, whose timeout is the call's own: no SQLSTATE).
 		err := pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error { return nil },
-			pgadvisory.WithShared(), pgadvisory.WithWait(10*time.Millisecond))
+			pgadvisory.WithLocks(exampleLockID("error-other")), pgadvisory.WithWait(10*time.Millisecond))
 
 		// errors.Is finds the kind; errors.As the details and the driver's error.
 		var e *pgadvisory.Error
@@ -171,7 +171,7 @@ func ExampleError() {
 	// step: lock
 	// kind is ErrLockTimeout: true
 	// SQLSTATE: 55P03
-	// locks: 1
+	// locks: 2
 	// server says: canceling statement due to lock timeout
 }
 

@@ -133,9 +133,10 @@ var migrationObjects = map[int64][]schemaObject{
 	11: {
 		{kind: "table", name: "pgadvisory.waiter"},
 		{kind: "sequence", name: "pgadvisory.waiter_seq_seq"},
-		{kind: "function", name: "pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean)"},
+		{kind: "function", name: "pgadvisory.wait_wake(bigint,boolean)"},
+		{kind: "function", name: "pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean,boolean)"},
 		{kind: "function", name: "pgadvisory.wait_leave(bigint,bigint)"},
-		{kind: "function", name: "pgadvisory.fence_wait_try(bigint,bigint,bigint,bigint,text)"},
+		{kind: "function", name: "pgadvisory.fence_wait_try(bigint,bigint,bigint,bigint,text,bigint)"},
 	},
 }
 

@@ -324,7 +324,7 @@ func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueStat
 		conn.discard()
 		return c.failure(ctx, "lock", err)
 	}
-	if err := conn.queryRow(ctx, waitTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), int64(0)}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
+	if err := conn.queryRow(ctx, waitTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), int64(0), false}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
 		conn.discard() // the server rolls the transaction back
 		return c.failure(ctx, "lock", err)
 	}

@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,9 @@ const waitBenchHold = time.Millisecond
 // (handoff-ns/op). lockgen_queue waits in lockgen's queue (woken by
 // NOTIFY, holding no connection); server_queue is the same Locker made to
 // wait in the server's lock queue (one connection per waiter, granted by
-// the server as the holder commits). Compare the two in the same run.
+// the server as the holder commits). Compare the two in the same run. The
+// fenced_ rows are the same calls with WithFencing: each hand-off then
+// includes the publish of a token and its durable commit.
 func BenchmarkWaitHandoff(b *testing.B) {
 	migrated.DB(b)
 	const waiters = 4
@@ -57,17 +60,21 @@ func BenchmarkWaitHandoff(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, queue := range []string{"server_queue", "lockgen_queue"} {
+	for _, queue := range []string{"server_queue", "lockgen_queue", "fenced_server_queue", "fenced_lockgen_queue"} {
+		opts := []pgadvisory.Option{pgadvisory.WithWait(0)}
+		if strings.HasPrefix(queue, "fenced_") {
+			opts = append(opts, pgadvisory.WithFencing())
+		}
 		b.Run("pgx/"+queue, func(b *testing.B) {
 			l, err := pgadvisory.New(pgadvisory.Pgx(testdb.Pool(b)))
 			if err != nil {
 				b.Fatal(err)
 			}
-			if queue == "server_queue" {
+			if strings.HasSuffix(queue, "server_queue") {
 				pgadvisory.ServerQueueForTest(l)
 			}
 			run(b, func(ctx context.Context, lock pgadvisory.Lock) error {
-				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { time.Sleep(waitBenchHold); return nil }, pgadvisory.WithWait(0))
+				return l.RunExclusive(ctx, lock, func(pgx.Tx) error { time.Sleep(waitBenchHold); return nil }, opts...)
 			})
 		})
 		b.Run("stdlib/"+queue, func(b *testing.B) {
@@ -75,11 +82,11 @@ func BenchmarkWaitHandoff(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if queue == "server_queue" {
+			if strings.HasSuffix(queue, "server_queue") {
 				pgadvisory.ServerQueueForTest(l)
 			}
 			run(b, func(ctx context.Context, lock pgadvisory.Lock) error {
-				return l.RunExclusive(ctx, lock, func(*sql.Tx) error { time.Sleep(waitBenchHold); return nil }, pgadvisory.WithWait(0))
+				return l.RunExclusive(ctx, lock, func(*sql.Tx) error { time.Sleep(waitBenchHold); return nil }, opts...)
 			})
 		})
 	}

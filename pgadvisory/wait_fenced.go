@@ -23,7 +23,12 @@ import (
 // removal (the caller then leaves the queue as any failed call does).
 const (
 	fencedWaitTrySQL = "SELECT g.granted, g.standby, g.token, g.seq, g.head " +
-		"FROM pgadvisory.fence_wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5) AS g"
+		"FROM pgadvisory.fence_wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5, $6::bigint) AS g"
+	// fencedLeaveSQL leaves the queue for a fenced call: its row by its
+	// place, and any row it joined with a try whose answer it did not read
+	// (its place unknown), by the call's own number (see queueState.caller).
+	fencedLeaveSQL = "SELECT count(pgadvisory.wait_leave(w.lock_id, w.seq)) FROM pgadvisory.waiter AS w " +
+		"WHERE w.lock_id = $1::bigint AND (w.seq = $2::bigint OR w.caller = $3::bigint)"
 	// fencedQueueHandover is the hand-over of a queued fenced call: the
 	// token, and, when the hand-over granted (CASE, unlike AND, fixes the
 	// order) and the call had a place, the place of the next live waiter,
@@ -42,7 +47,7 @@ const (
 func (q *queueState) fencedStatement(c *callState, seq any, ttlMS, blockMS int64) lockStatement {
 	return lockStatement{
 		sql:           fencedWaitTrySQL,
-		args:          []any{c.ids[0], seq, ttlMS, blockMS, lockTimeoutSetting(defaultPublishTimeout)},
+		args:          []any{c.ids[0], seq, ttlMS, blockMS, lockTimeoutSetting(defaultPublishTimeout), q.caller},
 		fenced:        true,
 		extra:         []any{&q.seq, &q.head},
 		handover:      fencedQueueHandover,
@@ -65,5 +70,5 @@ func fencedQueueMessage(st lockStatement) string {
 	handover := strings.NewReplacer("$1", id, "$2", seq).Replace(fencedQueueHandover)
 	return "SELECT g.granted, g.standby, g.token, g.seq, g.head FROM pgadvisory.fence_wait_try(" + id + ", " + seq + ", " +
 		strconv.FormatInt(st.args[2].(int64), 10) + ", " + strconv.FormatInt(st.args[3].(int64), 10) + ", '" +
-		st.args[4].(string) + "') AS g;\n" + fencedChainSQL + ";\n" + handover
+		st.args[4].(string) + "', " + strconv.FormatInt(st.args[5].(int64), 10) + ") AS g;\n" + fencedChainSQL + ";\n" + handover
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -18,8 +19,8 @@ import (
 
 // Waiting without a connection, in arrival order (migrations/00011_waiting.sql).
 //
-// A transaction-lock call with WithWait on one exclusive lock (RunExclusive,
-// RunOnce; not fenced, not a set, not shared; read-only too) does not
+// A transaction-lock call with WithWait on one lock (RunExclusive, RunOnce;
+// not a set; shared, fenced or read-only too) does not
 // wait in the server's lock queue. Its first try is its lock
 // transaction's statement pgadvisory.wait_try with no place in the
 // queue: it takes the lock, in the round trips of a call that does not
@@ -80,21 +81,22 @@ func waitHeartbeat(interval time.Duration) time.Duration { return interval / 5 }
 // The statements of a queued wait. wait_try's third parameter is the row's
 // expiry in milliseconds, its fourth how long the head of the queue may
 // wait on the server for a holder that did not come through the queue
-// (see queueState.blockMS).
+// (see queueState.blockMS), its sixth whether the call is shared
+// (WithShared).
 const (
 	waitTrySQL = `SELECT g.granted, pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next ` +
-		`FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+		`FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
 	// waitTryOnceSQL is waitTrySQL for a run-once call: it sets
 	// pgadvisory.granted for the claim that follows (see lockShape.granted).
 	waitTryOnceSQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END, ` +
-		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
 	// waitTryReadOnlySQL is waitTrySQL for a read-only call (WithReadOnly):
 	// its transaction begins read-write, since wait_try writes the queue,
 	// and is made read-only by the same statement once the lock is
 	// granted, before fn runs (PostgreSQL lets a transaction turn
 	// transaction_read_only on at any point, never off again).
 	waitTryReadOnlySQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('transaction_read_only', 'on', true) = 'on' ELSE false END, ` +
-		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint) AS g`
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
 	waitLeaveSQL = `SELECT pgadvisory.wait_leave($1::bigint, $2::bigint)`
 )
 
@@ -123,6 +125,11 @@ type queueState struct {
 	// blockMS), until that try's lock statement returns (unblock).
 	block bool
 	slots *serverWaits
+	// caller is a fenced call's own random number, which the rows it joins
+	// the queue with carry: a fenced try commits its row within its
+	// message, and a call whose ctx ends while it reads the answer does
+	// not learn the row's place (see fencedLeaveSQL). 0 for other calls.
+	caller int64
 }
 
 // unblock gives back the call's server-wait slot, if it holds one: its
@@ -153,12 +160,12 @@ func (q *queueState) blockMS() int64 {
 }
 
 // queued reports whether c waits in lockgen's queue rather than in the
-// server's: a waiting transaction lock on one exclusive, unlimited ID,
-// on a Locker whose database has the queue. A read-only call's lock
+// server's: a waiting transaction lock on one unlimited ID, exclusive or
+// shared, on a Locker whose database has the queue. A read-only call's lock
 // statement makes its transaction read-only once granted
 // (waitTryReadOnlySQL); a fenced call's is fence_wait_try (wait_fenced.go).
 func (c *callState) queued() bool {
-	return c.wait && !c.session && !c.shared && c.lim == nil && len(c.ids) == 1 &&
+	return c.wait && !c.session && c.lim == nil && len(c.ids) == 1 &&
 		c.locker != nil && !c.locker.noQueue.Load()
 }
 
@@ -179,7 +186,7 @@ func (q *queueState) statement(c *callState) lockStatement {
 		q.next.Valid = false // set by the hand-over, when it runs
 		return q.fencedStatement(c, seq, q.rowTTL(&c.locker.polls), q.blockMS())
 	}
-	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS()}, extra: []any{&q.seq, &q.head, &q.next}}
+	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS(), c.shared}, extra: []any{&q.seq, &q.head, &q.next}}
 }
 
 // rowTTL is the expiry of the call's row after its next try: ttlMS, plus
@@ -308,6 +315,9 @@ func (w *serverWaits) release() { w.n.Add(-1) }
 func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() (txDriver, func() error)) error {
 	return c.observed(ctx, c.callKind(), c.window, 0, func(ctx context.Context) error {
 		q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds()), commitTimeout: c.locker.checkTimeout, slots: &c.locker.serverWaits}
+		if c.fencing {
+			q.caller = rand.Int64N(math.MaxInt64) + 1
+		}
 		c.queue = q
 		if c.timeout > 0 {
 			q.deadline = time.Now().Add(c.timeout)
@@ -326,6 +336,14 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 			// slot (see serverWaits).
 			q.block = q.seq.Valid && q.head.Bool && c.locker.serverWaits.acquire()
 			d, call := attempt()
+			if c.shared {
+				// Granted, a shared call lets the Locker's other waiters
+				// for the lock try at once: those that no exclusive
+				// waiter precedes share it now (their NOTIFY comes only
+				// when a holder releases).
+				fn := call
+				call = func() error { c.locker.waits.wake(c.ids[0], 0, false); return fn() }
+			}
 			o := runTx(ctx, c, d, call)
 			q.unblock() // when runTx did not get as far as the lock statement
 			if o.end == txFailed && !q.seq.Valid && noQueueSchema(o.err) {
@@ -423,14 +441,25 @@ func (q *queueState) pause(ctx context.Context, c *callState, sub *waitSub, slee
 }
 
 // leave removes the call's row from the queue, if it joined, even when
-// ctx is done; a failure leaves the row to expire.
+// ctx is done; a failure leaves the row to expire. A fenced call looks
+// for a row it may have joined without learning its place too.
 func (q *queueState) leave(ctx context.Context, c *callState, path waitPath) {
-	if !q.seq.Valid {
+	if !q.seq.Valid && q.caller == 0 {
 		return
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.locker.checkTimeout)
 	defer cancel()
-	if path.exec(lctx, waitLeaveSQL, c.ids[0], q.seq.Int64) == nil {
+	var err error
+	if q.caller != 0 {
+		var seq any
+		if q.seq.Valid {
+			seq = q.seq.Int64
+		}
+		err = path.exec(lctx, fencedLeaveSQL, c.ids[0], seq, q.caller)
+	} else {
+		err = path.exec(lctx, waitLeaveSQL, c.ids[0], q.seq.Int64)
+	}
+	if err == nil {
 		q.seq.Valid = false
 	}
 }

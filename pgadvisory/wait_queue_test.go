@@ -340,26 +340,31 @@ func requireQueuedConns(t *testing.T, admin *sql.DB, app string, most int) int {
 // returns ErrLockTimeout and removes its row; one granted whose fn fails
 // (its lock transaction, which removed the row, rolls back) removes it
 // too. The lock's queue is empty after each. Fenced calls (WithFencing)
-// too, and a fenced waiter that never got the lock published nothing.
+// and shared ones (WithShared) too, and a fenced waiter that never got the
+// lock published nothing.
 func TestWaitCanceledLeavesNothing(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, fenced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+	for _, mode := range []string{"plain", "fenced", "shared"} {
+		t.Run(mode, func(t *testing.T) {
 			frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
-				testWaitCanceledLeavesNothing(t, admin, door, fenced)
+				testWaitCanceledLeavesNothing(t, admin, door, mode)
 			})
 		})
 	}
 }
 
-func testWaitCanceledLeavesNothing(t *testing.T, admin *sql.DB, door frontdoor.Door, fenced bool) {
+func testWaitCanceledLeavesNothing(t *testing.T, admin *sql.DB, door frontdoor.Door, mode string) {
+	fenced := mode == "fenced"
 	ctx := testdb.Context(t)
 	lockID := testdb.Key(t)
 	release := holdSession(t, admin, lockID)
 	fn := func(frontdoor.Tx) error { return errors.New("fn ran") }
 	with := func(opts ...pgadvisory.Option) []pgadvisory.Option {
-		if fenced {
+		switch mode {
+		case "fenced":
 			return append(opts, pgadvisory.WithFencing())
+		case "shared":
+			return append(opts, pgadvisory.WithShared())
 		}
 		return opts
 	}
@@ -583,47 +588,57 @@ func testWaitOrderProcesses(t *testing.T, admin *sql.DB, fenced bool) {
 // SIGKILLed while queued. Once the lock is released, the second waiter
 // (this process) takes it within one check interval of the kill (the
 // dead waiter's Locker's, 1s): its row expired and no longer blocks.
-// The control: a live first waiter is granted first.
+// The control: a live first waiter is granted first. Fenced waiters too.
 func TestWaitKilledWaiter(t *testing.T) {
 	admin := migrated.DB(t)
 	waitOrderTable(t, admin)
-	for _, kill := range []bool{false, true} {
-		t.Run(fmt.Sprintf("kill=%v", kill), func(t *testing.T) {
-			ctx := testdb.Context(t)
-			lockID := testdb.Key(t)
-			release := holdSession(t, admin, lockID)
-			child := startWaitChild(t, "pgx", lockID, time.Second, false)
-			child.start(t, 0)
-			require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 60*time.Second, 2*time.Millisecond, "the child is queued")
-			door := queueDoor(t, frontdoor.SQL, "waitkill", 4, pgadvisory.WithDefaultCheckInterval(time.Second))
-			done := make(chan error, 1)
-			go func() {
-				// 10s: a dead waiter that blocked the queue for good
-				// fails the test quickly.
-				done <- door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
-					return tx.Exec(ctx, `INSERT INTO wait_order (lock_id, j) VALUES ($1, $2)`, lockID, 1)
-				}, pgadvisory.WithWait(10*time.Second))
-			}()
-			require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 2 }, 60*time.Second, 2*time.Millisecond, "the second waiter is queued")
-			var killed time.Time
-			if kill {
-				require.NoError(t, child.cmd.Process.Signal(syscall.SIGKILL))
-				killed = time.Now()
-				_ = child.cmd.Wait()
-			}
-			release()
-			require.NoError(t, frontdoor.Await(t, done, "the second waiter"))
-			if !kill {
-				require.Equal(t, []int{0, 1}, grantOrder(t, admin, lockID), "control: the live first waiter runs first")
-				require.NoError(t, child.in.Close())
-				return
-			}
-			took := time.Since(killed)
-			t.Logf("the second waiter ran %v after the first was killed", took.Round(time.Millisecond))
-			require.Equal(t, []int{1}, grantOrder(t, admin, lockID))
-			require.Less(t, took, time.Second+300*time.Millisecond, "a gone waiter blocks the queue for at most one check interval (and scheduling)")
-		})
+	for _, fenced := range []bool{false, true} {
+		for _, kill := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fenced=%v/kill=%v", fenced, kill), func(t *testing.T) {
+				testWaitKilledWaiter(t, admin, fenced, kill)
+			})
+		}
 	}
+}
+
+func testWaitKilledWaiter(t *testing.T, admin *sql.DB, fenced, kill bool) {
+	ctx := testdb.Context(t)
+	lockID := testdb.Key(t)
+	release := holdSession(t, admin, lockID)
+	child := startWaitChild(t, "pgx", lockID, time.Second, fenced)
+	opts := []pgadvisory.Option{pgadvisory.WithWait(10 * time.Second)}
+	if fenced {
+		opts = append(opts, pgadvisory.WithFencing())
+	}
+	child.start(t, 0)
+	require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 1 }, 60*time.Second, 2*time.Millisecond, "the child is queued")
+	door := queueDoor(t, frontdoor.SQL, "waitkill", 4, pgadvisory.WithDefaultCheckInterval(time.Second))
+	done := make(chan error, 1)
+	go func() {
+		// 10s: a dead waiter that blocked the queue for good
+		// fails the test quickly.
+		done <- door.RunExclusive(ctx, lockID, func(tx frontdoor.Tx) error {
+			return tx.Exec(ctx, `INSERT INTO wait_order (lock_id, j) VALUES ($1, $2)`, lockID, 1)
+		}, opts...)
+	}()
+	require.Eventually(t, func() bool { return queueRows(t, admin, lockID) == 2 }, 60*time.Second, 2*time.Millisecond, "the second waiter is queued")
+	var killed time.Time
+	if kill {
+		require.NoError(t, child.cmd.Process.Signal(syscall.SIGKILL))
+		killed = time.Now()
+		_ = child.cmd.Wait()
+	}
+	release()
+	require.NoError(t, frontdoor.Await(t, done, "the second waiter"))
+	if !kill {
+		require.Equal(t, []int{0, 1}, grantOrder(t, admin, lockID), "control: the live first waiter runs first")
+		require.NoError(t, child.in.Close())
+		return
+	}
+	took := time.Since(killed)
+	t.Logf("the second waiter ran %v after the first was killed", took.Round(time.Millisecond))
+	require.Equal(t, []int{1}, grantOrder(t, admin, lockID))
+	require.Less(t, took, time.Second+300*time.Millisecond, "a gone waiter blocks the queue for at most one check interval (and scheduling)")
 }
 
 // queueLiveWaiter queues a live waiter for lockID, as a waiting call does
@@ -655,25 +670,29 @@ func leaveWaiter(t *testing.T, admin *sql.DB, lockID, seq int64) {
 // takes the free lock (only waiting calls keep the order). The control:
 // once the queued waiter leaves, the waiting call takes the lock at once.
 // The waiting call fenced (WithFencing) too: queued behind, it publishes
-// nothing.
+// nothing; and shared (WithShared): the live waiter ahead is exclusive.
 func TestWaitNewcomerQueuesBehind(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, fenced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+	for _, mode := range []string{"plain", "fenced", "shared"} {
+		t.Run(mode, func(t *testing.T) {
 			frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
-				testWaitNewcomerQueuesBehind(t, admin, door, fenced)
+				testWaitNewcomerQueuesBehind(t, admin, door, mode)
 			})
 		})
 	}
 }
 
-func testWaitNewcomerQueuesBehind(t *testing.T, admin *sql.DB, door frontdoor.Door, fenced bool) {
+func testWaitNewcomerQueuesBehind(t *testing.T, admin *sql.DB, door frontdoor.Door, mode string) {
+	fenced := mode == "fenced"
 	ctx := testdb.Context(t)
 	lockID := testdb.Key(t)
 	seq := queueLiveWaiter(t, admin, lockID)
 	wait := func(d time.Duration) []pgadvisory.Option {
-		if fenced {
+		switch mode {
+		case "fenced":
 			return []pgadvisory.Option{pgadvisory.WithWait(d), pgadvisory.WithFencing()}
+		case "shared":
+			return []pgadvisory.Option{pgadvisory.WithWait(d), pgadvisory.WithShared()}
 		}
 		return []pgadvisory.Option{pgadvisory.WithWait(d)}
 	}
