@@ -62,11 +62,13 @@
 --     all of them released, while a shared call that comes after an
 --     exclusive waiter waits for it (no writer is starved by readers that
 --     keep coming). The wake-ups (wait_wake, not callable by PUBLIC)
---     follow: a granted exclusive call or a wait that ends notifies the
---     first live waiter and, when it is shared, each live shared waiter
---     after it up to the next exclusive one; a granted shared call
---     notifies the first live exclusive waiter, which takes the lock once
---     the last shared holder released.
+--     follow: a granted exclusive call or a wait that ends names the
+--     first live waiter; a granted shared call names the first live
+--     exclusive waiter, which takes the lock once the last shared holder
+--     released. A listening Locker wakes the named waiter when it is its
+--     own and all its waiters for the lock otherwise, and a shared call,
+--     once granted, wakes its own Locker's waiters: so a run of shared
+--     waiters spread over processes is woken by one NOTIFY.
 --   * wait_leave(lock_id, seq) removes a call's row (a canceled or failed
 --     wait) and wakes the head of the queue, when there is one (the same
 --     NOTIFY).
@@ -143,41 +145,34 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_first bigint;
-    v_seq   bigint;
-    v_sh    boolean;
+    v_seq bigint;
 BEGIN
     -- Called by wait_try and wait_leave, as their owner, once the caller's
     -- own row is removed (in the same transaction: it is not seen here).
-    -- Wakes (NOTIFY pgadvisory_wait, delivered at commit) the waiters that
+    -- Names (NOTIFY pgadvisory_wait, delivered at commit) the waiter that
     -- may take the lock once this transaction ends: after an exclusive
-    -- hold or a wait that ended, the first live waiter and, when it is
-    -- shared, every live shared waiter after it up to the first exclusive
-    -- one; after a shared hold (p_after_shared), the first live exclusive
-    -- waiter (the shared ones may take the lock already). Returns the
-    -- first one woken.
-    FOR v_seq, v_sh IN
-        SELECT w.seq, w.shared FROM pgadvisory.waiter AS w
-         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
-           AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-           AND (NOT p_after_shared OR NOT w.shared)
-         ORDER BY w.seq
-    LOOP
-        EXIT WHEN v_first IS NOT NULL AND NOT v_sh;
+    -- hold or a wait that ended, the first live waiter; after a shared
+    -- hold (p_after_shared), the first live exclusive waiter (shared ones
+    -- may take the lock already). A listening Locker wakes the named
+    -- waiter when it is its own, and all its waiters for the lock
+    -- otherwise; a shared waiter, once granted, wakes its Locker's others.
+    -- Returns the waiter named.
+    SELECT w.seq INTO v_seq FROM pgadvisory.waiter AS w
+     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id
+       AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+       AND (NOT p_after_shared OR NOT w.shared)
+     ORDER BY w.seq LIMIT 1;
+    IF v_seq IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify('pgadvisory_wait',
             p_lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) v_seq::pg_catalog.text);
-        IF v_first IS NULL THEN
-            v_first := v_seq;
-            EXIT WHEN NOT v_sh;
-        END IF;
-    END LOOP;
-    RETURN v_first;
+    END IF;
+    RETURN v_seq;
 END
 $$;
 -- +goose StatementEnd
 
 COMMENT ON FUNCTION pgadvisory.wait_wake(bigint, boolean) IS
-'lockgen waiting calls: notifies pgadvisory_wait (at commit) for the waiters of a lock that may take it '
+'lockgen waiting calls: notifies pgadvisory_wait (at commit) naming the waiter of a lock that may take it '
 'once the calling transaction ends (see 00011). Called by pgadvisory.wait_try and pgadvisory.wait_leave; '
 'not executable by PUBLIC.';
 

@@ -335,6 +335,21 @@ func requireQueuedConns(t *testing.T, admin *sql.DB, app string, most int) int {
 	return seen
 }
 
+// queueModes are the kinds of waiting calls the queue tests run: plain
+// (exclusive), fenced (WithFencing) and shared (WithShared).
+var queueModes = []string{"plain", "fenced", "shared"}
+
+// inMode is opts with the option of mode (see queueModes).
+func inMode(mode string, opts ...pgadvisory.Option) []pgadvisory.Option {
+	switch mode {
+	case "fenced":
+		return append(opts, pgadvisory.WithFencing())
+	case "shared":
+		return append(opts, pgadvisory.WithShared())
+	}
+	return opts
+}
+
 // TestWaitCanceledLeavesNothing: a queued call whose ctx ends returns
 // ctx's error and removes its row; one whose WithWait timeout passes
 // returns ErrLockTimeout and removes its row; one granted whose fn fails
@@ -344,7 +359,7 @@ func requireQueuedConns(t *testing.T, admin *sql.DB, app string, most int) int {
 // lock published nothing.
 func TestWaitCanceledLeavesNothing(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, mode := range []string{"plain", "fenced", "shared"} {
+	for _, mode := range queueModes {
 		t.Run(mode, func(t *testing.T) {
 			frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 				testWaitCanceledLeavesNothing(t, admin, door, mode)
@@ -359,15 +374,7 @@ func testWaitCanceledLeavesNothing(t *testing.T, admin *sql.DB, door frontdoor.D
 	lockID := testdb.Key(t)
 	release := holdSession(t, admin, lockID)
 	fn := func(frontdoor.Tx) error { return errors.New("fn ran") }
-	with := func(opts ...pgadvisory.Option) []pgadvisory.Option {
-		switch mode {
-		case "fenced":
-			return append(opts, pgadvisory.WithFencing())
-		case "shared":
-			return append(opts, pgadvisory.WithShared())
-		}
-		return opts
-	}
+	with := func(opts ...pgadvisory.Option) []pgadvisory.Option { return inMode(mode, opts...) }
 
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -673,7 +680,7 @@ func leaveWaiter(t *testing.T, admin *sql.DB, lockID, seq int64) {
 // nothing; and shared (WithShared): the live waiter ahead is exclusive.
 func TestWaitNewcomerQueuesBehind(t *testing.T) {
 	admin := migrated.DB(t)
-	for _, mode := range []string{"plain", "fenced", "shared"} {
+	for _, mode := range queueModes {
 		t.Run(mode, func(t *testing.T) {
 			frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 				testWaitNewcomerQueuesBehind(t, admin, door, mode)
@@ -687,15 +694,7 @@ func testWaitNewcomerQueuesBehind(t *testing.T, admin *sql.DB, door frontdoor.Do
 	ctx := testdb.Context(t)
 	lockID := testdb.Key(t)
 	seq := queueLiveWaiter(t, admin, lockID)
-	wait := func(d time.Duration) []pgadvisory.Option {
-		switch mode {
-		case "fenced":
-			return []pgadvisory.Option{pgadvisory.WithWait(d), pgadvisory.WithFencing()}
-		case "shared":
-			return []pgadvisory.Option{pgadvisory.WithWait(d), pgadvisory.WithShared()}
-		}
-		return []pgadvisory.Option{pgadvisory.WithWait(d)}
-	}
+	wait := func(d time.Duration) []pgadvisory.Option { return inMode(mode, pgadvisory.WithWait(d)) }
 
 	ran := false
 	fn := func(frontdoor.Tx) error { ran = true; return nil }

@@ -94,3 +94,62 @@ func TestQueuedSharedRunsTogether(t *testing.T) {
 	r5.end(t)
 	queued(0)
 }
+
+// TestQueuedSharedReleaseWakesWriter: a shared holder's release names the
+// first exclusive waiter, not a shared one that holds the lock with it. On
+// a Locker that does not listen (no NOTIFY reaches it, as behind a pooler),
+// with polling off, that name is the only wake-up: X holds (its first try
+// found the queue empty); R2 and R3 (shared) and W4 (exclusive) queue. X
+// releases and wakes them; R2 and R3 hold the lock together, W4 waits.
+// R3 releases, then R2: R2's release wakes W4, which runs.
+func TestQueuedSharedReleaseWakesWriter(t *testing.T) {
+	ctx, calls := pollingOff(t, &waitPollMin, &waitPollMax)
+	l := migratedLocker(ctx, t, true, WithDefaultCheckInterval(5*time.Minute))
+	pool := l.d.(pgxDriver).pool
+	lock := ID(testdb.Key(t))
+	start := func(opts ...Option) *heldCall {
+		return startHeld(ctx, calls, func(hold func() error) error {
+			return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return hold() }, append(opts, WithWait(0))...)
+		})
+	}
+	queued := func(k int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var rows int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1`, lock.ID).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if rows == k {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters queued, want %d", rows, k)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	x := start()
+	x.runs(t, "X did not start")
+	r2 := start(WithShared())
+	queued(1)
+	r3 := start(WithShared())
+	queued(2)
+	w4 := start()
+	queued(3)
+
+	x.end(t)
+	r2.runs(t, "X's release did not wake R2")
+	r3.runs(t, "R3 did not share the lock with R2")
+	r3.end(t)
+	select {
+	case <-w4.started:
+		t.Fatal("W4 ran while R2 held the lock")
+	case <-time.After(300 * time.Millisecond):
+	}
+	r2.end(t)
+	w4.runs(t, "R2's release did not wake W4, the exclusive waiter behind it")
+	w4.end(t)
+	queued(0)
+}

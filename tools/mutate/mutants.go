@@ -459,20 +459,12 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^(TestQueuedSharedRunsTogether|TestWaitSharedQueued)$",
 	},
 	{
-		Name: "shared-wake-first-only", Area: "waiting",
-		File:    "migrations/00011_waiting.sql",
-		Search:  "            EXIT WHEN NOT v_sh;\n",
-		Replace: "            EXIT;\n",
-		Promise: "an exclusive holder's release wakes the whole run of shared waiters after it, in every process",
-		Pkgs:    pgadvisory, Run: "^TestQueuedSharedRunsTogether$",
-	},
-	{
 		Name: "shared-release-wakes-reader", Area: "waiting",
 		File:    "migrations/00011_waiting.sql",
-		Search:  "           AND (NOT p_after_shared OR NOT w.shared)\n",
+		Search:  "       AND (NOT p_after_shared OR NOT w.shared)\n",
 		Replace: "",
-		Promise: "a shared holder's release wakes the exclusive waiter behind the shared holders",
-		Pkgs:    pgadvisory, Run: "^TestQueuedSharedRunsTogether$",
+		Promise: "a shared holder's release wakes the exclusive waiter behind the shared holders, in its own Locker too, which may not listen",
+		Pkgs:    pgadvisory, Run: "^TestQueuedSharedReleaseWakesWriter$",
 	},
 	{
 		Name: "fenced-wait-in-server-queue", Area: "waiting",
