@@ -1,10 +1,12 @@
 package pgadvisory
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
 )
@@ -37,23 +39,7 @@ func TestQueuedSharedRunsTogether(t *testing.T) {
 			return on.RunExclusive(ctx, lock, func(pgx.Tx) error { return hold() }, append(opts, WithWait(0))...)
 		})
 	}
-	queued := func(k int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var rows int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1`, lock.ID).Scan(&rows); err != nil {
-				t.Fatal(err)
-			}
-			if rows == k {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d waiters queued, want %d", rows, k)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	queued := func(k int) { t.Helper(); requireQueueRows(ctx, t, pool, lock.ID, k) }
 	notStarted := func(c *heldCall, what string) {
 		t.Helper()
 		select {
@@ -112,23 +98,7 @@ func TestQueuedSharedReleaseWakesWriter(t *testing.T) {
 			return l.RunExclusive(ctx, lock, func(pgx.Tx) error { return hold() }, append(opts, WithWait(0))...)
 		})
 	}
-	queued := func(k int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var rows int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1`, lock.ID).Scan(&rows); err != nil {
-				t.Fatal(err)
-			}
-			if rows == k {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d waiters queued, want %d", rows, k)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	queued := func(k int) { t.Helper(); requireQueueRows(ctx, t, pool, lock.ID, k) }
 
 	x := start()
 	x.runs(t, "X did not start")
@@ -152,4 +122,23 @@ func TestQueuedSharedReleaseWakesWriter(t *testing.T) {
 	w4.runs(t, "R2's release did not wake W4, the exclusive waiter behind it")
 	w4.end(t)
 	queued(0)
+}
+
+// requireQueueRows waits until lockID's queue has k rows, for at most 10s.
+func requireQueueRows(ctx context.Context, t *testing.T, pool *pgxpool.Pool, lockID int64, k int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rows int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = $1`, lockID).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if rows == k {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued, want %d", rows, k)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
