@@ -130,6 +130,9 @@ type queueState struct {
 	// message, and a call whose ctx ends while it reads the answer does
 	// not learn the row's place (see fencedLeaveSQL). 0 for other calls.
 	caller int64
+	// unread: a fenced try failed, so it may have committed a row whose
+	// place the call did not read; leave then looks for it by caller.
+	unread bool
 }
 
 // unblock gives back the call's server-wait slot, if it holds one: its
@@ -345,6 +348,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				call = func() error { c.locker.waits.wake(c.ids[0], 0, false); return fn() }
 			}
 			o := runTx(ctx, c, d, call)
+			q.unread = q.unread || (q.caller != 0 && o.end == txFailed)
 			q.unblock() // when runTx did not get as far as the lock statement
 			if o.end == txFailed && !q.seq.Valid && noQueueSchema(o.err) {
 				// No queue in this database: wait in the server's.
@@ -444,13 +448,13 @@ func (q *queueState) pause(ctx context.Context, c *callState, sub *waitSub, slee
 // ctx is done; a failure leaves the row to expire. A fenced call looks
 // for a row it may have joined without learning its place too.
 func (q *queueState) leave(ctx context.Context, c *callState, path waitPath) {
-	if !q.seq.Valid && q.caller == 0 {
+	if !q.seq.Valid && !q.unread {
 		return
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.locker.checkTimeout)
 	defer cancel()
 	var err error
-	if q.caller != 0 {
+	if q.unread {
 		var seq any
 		if q.seq.Valid {
 			seq = q.seq.Int64

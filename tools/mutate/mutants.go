@@ -381,7 +381,7 @@ var Mutants = []Mutant{
 	{
 		Name: "wait-canceled-keeps-row", Area: "waiting",
 		File:    "pgadvisory/wait_queue.go",
-		Search:  "\tif !q.seq.Valid && q.caller == 0 {\n\t\treturn\n\t}",
+		Search:  "\tif !q.seq.Valid && !q.unread {\n\t\treturn\n\t}",
 		Replace: "\tif true {\n\t\treturn\n\t}",
 		Promise: "a wait that ends without the lock (ctx, timeout, fn's failure) leaves no row in the queue",
 		Pkgs:    pgadvisory, Run: "^TestWaitCanceledLeavesNothing$",
