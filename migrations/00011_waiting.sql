@@ -4,23 +4,31 @@
 -- server's lock queue, which holds a connection per waiter: it tries, and
 -- when the lock is held it joins the queue of the lock in
 -- pgadvisory.waiter, gives its connection back, and tries again when woken
--- (NOTIFY) or at its polling interval.
+-- (NOTIFY) or at its polling interval. A call on a set of locks (WithLocks)
+-- joins the queue of each, with one place.
 --
---   * pgadvisory.waiter has one row per waiting call: the lock, the call's
---     place in the queue (seq, from an identity: the order in which the
---     calls joined), its expiry on the database's clock, which each try
---     moves forward, and its mode (shared: a WithShared call). A row whose
---     expiry passed is a waiter that went away (its process died, its
---     link broke): it no longer blocks the queue.
---   * wait_try(lock_id, seq, ttl_ms) is a waiting call's lock statement,
---     run in the lock transaction. The head of the queue is its live row
+--   * pgadvisory.waiter has one row per lock of a waiting call: the lock,
+--     the call's place in the queues (seq, from an identity: the order in
+--     which the calls joined, the same in each of a set's queues), its
+--     expiry on the database's clock, which each try moves forward, and its
+--     mode (shared: a WithShared call). A row whose expiry passed is a
+--     waiter that went away (its process died, its link broke): it no
+--     longer blocks the queue.
+--   * wait_try(lock_ids, seq, ttl_ms) is a waiting call's lock statement,
+--     run in the lock transaction. The head of a queue is its live row
 --     with the smallest seq. With seq NULL (the call's first try) it takes
---     the lock only when no live waiter is queued; with the call's seq, only
---     when that row is the head; in both cases with
---     pg_try_advisory_xact_lock. Granted, it deletes the call's row (in the
+--     the locks only when no live waiter is queued for any of them; with
+--     the call's seq, only when no live waiter comes before it in any of
+--     their queues (wait_ahead); in both cases with
+--     pg_try_advisory_xact_lock, all of them or none (wait_take). Since a
+--     call's place is the same in every queue it joined, the waiter with
+--     the smallest place among those that want a lock is the head of each
+--     of its queues: calls on sets that overlap never wait for each other
+--     in a circle. Granted, it deletes the call's rows (in the
 --     lock transaction: the next waiter becomes the head when the lock is
 --     released) and, when another live waiter is queued, sends
---     NOTIFY pgadvisory_wait with 'lock_id:seq' of the next one: delivered when the lock
+--     NOTIFY pgadvisory_wait with 'lock_id:seq' of the next one, for each
+--     lock: delivered when the lock
 --     transaction commits, that is when the lock is released (a rollback
 --     sends nothing; the caller then calls wait_leave). A session lock's
 --     try passes p_wake false: its statement's transaction commits at
@@ -69,10 +77,10 @@
 --     own and all its waiters for the lock otherwise, and a shared call,
 --     once granted, wakes its own Locker's waiters: so a run of shared
 --     waiters spread over processes is woken by one NOTIFY.
---   * wait_leave(lock_id, seq) removes a call's row (a canceled or failed
---     wait) and wakes the head of the queue, when there is one (the same
---     NOTIFY).
---   * fence_wait_try(lock_id, seq, ttl_ms, block_ms, publish_timeout) is
+--   * wait_leave(lock_ids, seq) removes a call's rows (a canceled or
+--     failed wait) and wakes the head of each queue, when there is one
+--     (the same NOTIFY).
+--   * fence_wait_try(lock_ids, seq, ttl_ms, block_ms, publish_timeout) is
 --     wait_try for a fenced call (WithFencing): the same queue, the same
 --     rule for who may take the lock, but what the head runs is the
 --     fenced acquisition, pgadvisory.fence_acquire without waiting
@@ -108,12 +116,18 @@
 -- wait_try, wait_leave and fence_wait_try are SECURITY DEFINER (callers
 -- need no privilege on pgadvisory.waiter) and executable by PUBLIC, as
 -- every waiting call uses them (fence_wait_try publishes only for a caller
--- it grants the lock, as fence_acquire). Every function pins search_path = pg_catalog, pg_temp,
+-- it grants the lock, as fence_acquire). The pieces they share are
+-- functions PUBLIC may not execute, each one decision in one place:
+-- wait_check_args (the arguments), wait_ahead (the queue's rule),
+-- wait_take (taking the locks, all or none, and the head's wait on the
+-- server), wait_join (refreshing a place or joining at the end) and
+-- wait_wake (the NOTIFY). Every function pins search_path = pg_catalog, pg_temp,
 -- lockgen's names are schema-qualified, operators are written
 -- OPERATOR(pg_catalog.op) and casts ::pg_catalog.type.
 --
--- Errors (messages start with "pgadvisory: "): 22023 a NULL lock ID or a
--- ttl outside 1ms..1h (or, for fence_wait_try, a NULL publish timeout);
+-- Errors (messages start with "pgadvisory: "): 22023 no lock IDs, a NULL
+-- one or one twice, or a ttl outside 1ms..1h (or, for fence_wait_try, a
+-- NULL publish timeout);
 -- 25001 fence_wait_try in a transaction that already wrote; and
 -- fence_acquire's own (55P03 publishing, LF004).
 --
@@ -130,7 +144,8 @@ CREATE UNLOGGED TABLE pgadvisory.waiter (
 );
 
 COMMENT ON TABLE pgadvisory.waiter IS
-'lockgen waiting calls: one row per call waiting for a transaction lock, in arrival order (seq), with '
+'lockgen waiting calls: one row per lock of each call waiting for transaction locks (a call on a set has '
+'one place, the same in each of its locks'' queues), in arrival order (seq), with '
 'its expiry on the database''s clock (a waiter that went away blocks no one once it passed) and its mode '
 '(shared: a WithShared call). Written only by pgadvisory.wait_try, pgadvisory.fence_wait_try and '
 'pgadvisory.wait_leave; readable by any role.';
@@ -179,7 +194,214 @@ COMMENT ON FUNCTION pgadvisory.wait_wake(bigint, boolean) IS
 REVOKE EXECUTE ON FUNCTION pgadvisory.wait_wake(bigint, boolean) FROM PUBLIC;
 
 -- +goose StatementBegin
-CREATE FUNCTION pgadvisory.wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint DEFAULT 0,
+CREATE FUNCTION pgadvisory.wait_check_args(p_caller text, p_lock_ids bigint[], p_ttl_ms bigint)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The arguments every queue statement needs: lock IDs (one or more,
+    -- none NULL, none twice) and a ttl of 1 ms to an hour.
+    IF p_lock_ids IS NULL OR pg_catalog.cardinality(p_lock_ids) OPERATOR(pg_catalog.=) 0
+       OR pg_catalog.array_position(p_lock_ids, NULL) IS NOT NULL
+       OR p_ttl_ms IS NULL OR p_ttl_ms OPERATOR(pg_catalog.<) 1 OR p_ttl_ms OPERATOR(pg_catalog.>) 3600000 THEN
+        RAISE EXCEPTION 'pgadvisory: % needs lock IDs (one or more, none NULL) and a ttl of 1 to 3600000 ms (got %, %)',
+            p_caller, p_lock_ids, p_ttl_ms
+            USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.cardinality(p_lock_ids) OPERATOR(pg_catalog.>) 1
+       AND (SELECT pg_catalog.count(DISTINCT u.id) FROM pg_catalog.unnest(p_lock_ids) AS u(id))
+           OPERATOR(pg_catalog.<>) pg_catalog.cardinality(p_lock_ids) THEN
+        RAISE EXCEPTION 'pgadvisory: % needs lock IDs that differ (got %)', p_caller, p_lock_ids
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_check_args(text, bigint[], bigint) IS
+'lockgen waiting calls: refuses (22023) lock IDs that are NULL, empty, with a NULL or one twice, and a '
+'ttl outside 1 to 3600000 ms, naming the function p_caller. Called by pgadvisory.wait_try and '
+'pgadvisory.fence_wait_try; not executable by PUBLIC.';
+
+REVOKE EXECUTE ON FUNCTION pgadvisory.wait_check_args(text, bigint[], bigint) FROM PUBLIC;
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_ahead(p_lock_ids bigint[], p_seq bigint, p_shared boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The queue's rule: whether a live waiter comes before the call in the
+    -- queue of one of its locks. A call that has no place yet (p_seq
+    -- NULL) comes after every waiter; a shared call (p_shared) shares the
+    -- lock with the shared waiters ahead of it and comes after exclusive
+    -- ones only. (PL/pgSQL, whose plans are kept, unlike a SQL function
+    -- that is not inlined.)
+    RETURN EXISTS (
+        SELECT FROM pgadvisory.waiter AS w
+         WHERE w.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids)
+           AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+           AND (NOT p_shared OR NOT w.shared)
+           AND (p_seq IS NULL OR w.seq OPERATOR(pg_catalog.<) p_seq));
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_ahead(bigint[], bigint, boolean) IS
+'lockgen waiting calls: whether a live waiter comes before the call p_seq (NULL: a call not queued) in '
+'the queue of one of its locks (see 00011). Called by pgadvisory.wait_try and pgadvisory.fence_wait_try; '
+'not executable by PUBLIC.';
+
+REVOKE EXECUTE ON FUNCTION pgadvisory.wait_ahead(bigint[], bigint, boolean) FROM PUBLIC;
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_take(p_lock_ids bigint[], p_shared boolean, p_block_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id    bigint;
+    v_ok    boolean;
+    v_wait  bigint;
+    v_until timestamptz;
+    v_left  bigint;
+    v_st    text;
+    v_lt    text;
+BEGIN
+    -- Takes all the locks at transaction level, or none. With p_block_ms
+    -- 0, without waiting. Otherwise, while one is held, it waits for that
+    -- one alone (pg_advisory_xact_lock under lock_timeout), holding none
+    -- of the others, then tries the others again, for at most p_block_ms
+    -- in all and never more than half of statement_timeout when that is
+    -- set. Locks taken before one that is not granted are given back with
+    -- the subtransaction: a call that is not granted holds none of them.
+    IF COALESCE(p_block_ms, 0) OPERATOR(pg_catalog.<=) 0
+       AND pg_catalog.cardinality(p_lock_ids) OPERATOR(pg_catalog.=) 1 THEN
+        IF p_shared THEN
+            RETURN pg_catalog.pg_try_advisory_xact_lock_shared(p_lock_ids[1]);
+        END IF;
+        RETURN pg_catalog.pg_try_advisory_xact_lock(p_lock_ids[1]);
+    END IF;
+    IF COALESCE(p_block_ms, 0) OPERATOR(pg_catalog.>) 0 THEN
+        v_left := p_block_ms;
+        v_st := pg_catalog.current_setting('statement_timeout');
+        IF v_st OPERATOR(pg_catalog.<>) '0' THEN
+            v_left := LEAST(v_left, (pg_catalog.date_part('epoch', v_st::pg_catalog.interval)
+                OPERATOR(pg_catalog.*) 500::pg_catalog.float8)::pg_catalog.int8);
+        END IF;
+        v_until := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+            pg_catalog.make_interval(secs => v_left::pg_catalog.float8 OPERATOR(pg_catalog./) 1000);
+        v_lt := pg_catalog.current_setting('lock_timeout');
+    END IF;
+    LOOP
+        BEGIN
+            IF v_wait IS NOT NULL THEN
+                -- Wait for the lock that was held, alone, under a
+                -- lock_timeout that an error's rollback of the
+                -- subtransaction undoes, and the grant below.
+                v_left := GREATEST(1, (pg_catalog.date_part('epoch', v_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                    OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8);
+                PERFORM pg_catalog.set_config('lock_timeout', v_left::pg_catalog.text OPERATOR(pg_catalog.||) 'ms', true);
+                IF p_shared THEN
+                    PERFORM pg_catalog.pg_advisory_xact_lock_shared(v_wait);
+                ELSE
+                    PERFORM pg_catalog.pg_advisory_xact_lock(v_wait);
+                END IF;
+            END IF;
+            FOREACH v_id IN ARRAY p_lock_ids LOOP
+                IF p_shared THEN
+                    v_ok := pg_catalog.pg_try_advisory_xact_lock_shared(v_id);
+                ELSE
+                    v_ok := pg_catalog.pg_try_advisory_xact_lock(v_id);
+                END IF;
+                IF NOT v_ok THEN
+                    v_wait := v_id;
+                    RAISE EXCEPTION USING ERRCODE = 'lock_not_available';
+                END IF;
+            END LOOP;
+            IF v_wait IS NOT NULL THEN
+                PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
+            END IF;
+            RETURN true;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            -- Every lock the subtransaction took is given back.
+            IF v_until IS NULL OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) v_until THEN
+                RETURN false;
+            END IF;
+        END;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_take(bigint[], boolean, bigint) IS
+'lockgen waiting calls: takes all of p_lock_ids at transaction level or none, without waiting, or waiting '
+'at most p_block_ms in all (and half of statement_timeout) for holders that did not come through the queue, '
+'for one held lock at a time and holding none of the others meanwhile (see 00011). Called by pgadvisory.wait_try and pgadvisory.fence_wait_try; not executable by PUBLIC.';
+
+REVOKE EXECUTE ON FUNCTION pgadvisory.wait_take(bigint[], boolean, bigint) FROM PUBLIC;
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_join(p_lock_ids bigint[], p_seq bigint, p_ttl_ms bigint, p_shared boolean, p_caller bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now     timestamptz := pg_catalog.clock_timestamp();
+    v_expires timestamptz;
+    v_n       bigint;
+    v_seq     bigint;
+BEGIN
+    -- Refreshes the call's place p_seq (one row per lock, expiring p_ttl_ms
+    -- from now) or, when it has none (p_seq NULL) or lost it (a row was
+    -- removed as expired), joins the queues at the end: a new place, the
+    -- same for each lock, so that calls come in one order in every queue.
+    -- Returns the place.
+    v_expires := v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000);
+    IF p_seq IS NOT NULL THEN
+        UPDATE pgadvisory.waiter AS w SET expires = v_expires
+         WHERE w.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids) AND w.seq OPERATOR(pg_catalog.=) p_seq;
+        GET DIAGNOSTICS v_n := ROW_COUNT;
+        IF v_n OPERATOR(pg_catalog.=) pg_catalog.cardinality(p_lock_ids) THEN
+            RETURN p_seq;
+        END IF;
+        DELETE FROM pgadvisory.waiter AS w -- a place in some of the queues only is no place
+         WHERE w.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids) AND w.seq OPERATOR(pg_catalog.=) p_seq;
+    END IF;
+    DELETE FROM pgadvisory.waiter AS w
+     WHERE w.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+        SELECT x.ctid FROM pgadvisory.waiter AS x
+         WHERE x.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids)
+           AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
+         FOR UPDATE SKIP LOCKED));
+    INSERT INTO pgadvisory.waiter AS w (lock_id, expires, shared, caller)
+    VALUES (p_lock_ids[1], v_expires, COALESCE(p_shared, false), p_caller)
+    RETURNING w.seq INTO v_seq;
+    IF pg_catalog.cardinality(p_lock_ids) OPERATOR(pg_catalog.>) 1 THEN
+        INSERT INTO pgadvisory.waiter AS w (lock_id, seq, expires, shared, caller) OVERRIDING SYSTEM VALUE
+        SELECT u.id, v_seq, v_expires, COALESCE(p_shared, false), p_caller
+          FROM pg_catalog.unnest(p_lock_ids[2:]) AS u(id);
+    END IF;
+    RETURN v_seq;
+END
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION pgadvisory.wait_join(bigint[], bigint, bigint, boolean, bigint) IS
+'lockgen waiting calls: refreshes the call''s place p_seq in the queues of p_lock_ids (expiry p_ttl_ms from '
+'now) or joins them at the end with a new one, removing rows expired more than a minute ago (see 00011). '
+'Called by pgadvisory.wait_try and pgadvisory.fence_wait_try; not executable by PUBLIC.';
+
+REVOKE EXECUTE ON FUNCTION pgadvisory.wait_join(bigint[], bigint, bigint, boolean, bigint) FROM PUBLIC;
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadvisory.wait_try(p_lock_ids bigint[], p_seq bigint, p_ttl_ms bigint, p_block_ms bigint DEFAULT 0,
     p_wake boolean DEFAULT true, p_shared boolean DEFAULT false,
     OUT granted boolean, OUT seq bigint, OUT head boolean, OUT next bigint)
 LANGUAGE plpgsql
@@ -188,17 +410,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_head  bigint;
-    v_block bigint;
-    v_lt    text;
-    v_st    text;
+    v_id bigint;
 BEGIN
-    IF p_lock_id IS NULL OR p_ttl_ms IS NULL
-       OR p_ttl_ms OPERATOR(pg_catalog.<) 1 OR p_ttl_ms OPERATOR(pg_catalog.>) 3600000 THEN
-        RAISE EXCEPTION 'pgadvisory: wait_try needs a lock ID and a ttl of 1 to 3600000 ms (got %)', p_ttl_ms
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM pgadvisory.wait_check_args('wait_try', p_lock_ids, p_ttl_ms);
     granted := false;
     head := false;
     seq := p_seq;
@@ -206,130 +420,93 @@ BEGIN
         RETURN;
     END IF;
     IF seq IS NOT NULL THEN
-        UPDATE pgadvisory.waiter AS w
-           SET expires = v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
-         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) p_seq;
-        IF NOT FOUND THEN
-            seq := NULL; -- removed as expired: join again, at the end
-        END IF;
+        -- Refreshed first, so that the row stays live while the head
+        -- waits below; a place lost as expired is joined again, at the end.
+        seq := pgadvisory.wait_join(p_lock_ids, seq, p_ttl_ms, p_shared, NULL);
     END IF;
-    -- The head: the first live waiter. A shared call (p_shared) shares the
-    -- lock with the shared waiters ahead of it: its head is the first live
-    -- exclusive waiter, and it may take the lock when none is ahead of it.
-    SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
-     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.expires OPERATOR(pg_catalog.>) v_now
-       AND (NOT p_shared OR NOT w.shared)
-     ORDER BY w.seq LIMIT 1;
-    IF (seq IS NULL AND v_head IS NULL) OR (seq IS NOT NULL AND v_head OPERATOR(pg_catalog.=) seq)
-       OR (p_shared AND seq IS NOT NULL AND (v_head IS NULL OR v_head OPERATOR(pg_catalog.>) seq)) THEN
-        head := true;
-        IF p_shared THEN
-            granted := pg_catalog.pg_try_advisory_xact_lock_shared(p_lock_id);
-        ELSE
-            granted := pg_catalog.pg_try_advisory_xact_lock(p_lock_id);
-        END IF;
-        v_block := LEAST(COALESCE(p_block_ms, 0), p_ttl_ms OPERATOR(pg_catalog./) 2);
-        IF NOT granted AND seq IS NOT NULL AND v_block OPERATOR(pg_catalog.>) 0 THEN
+    head := NOT pgadvisory.wait_ahead(p_lock_ids, seq, p_shared);
+    IF head THEN
+        granted := pgadvisory.wait_take(p_lock_ids, p_shared, 0);
+        IF NOT granted AND seq IS NOT NULL AND p_block_ms OPERATOR(pg_catalog.>) 0 THEN
             -- The holder did not come through the queue (its row would
-            -- come first otherwise) and sends no NOTIFY: wait for it here.
-            v_st := pg_catalog.current_setting('statement_timeout');
-            IF v_st OPERATOR(pg_catalog.<>) '0' THEN
-                v_block := LEAST(v_block, (pg_catalog.date_part('epoch', v_st::pg_catalog.interval)
-                    OPERATOR(pg_catalog.*) 500::pg_catalog.float8)::pg_catalog.int8);
-            END IF;
-            v_lt := pg_catalog.current_setting('lock_timeout');
-            BEGIN
-                PERFORM pg_catalog.set_config('lock_timeout', GREATEST(v_block, 1)::pg_catalog.text OPERATOR(pg_catalog.||) 'ms', true);
-                IF p_shared THEN
-                    PERFORM pg_catalog.pg_advisory_xact_lock_shared(p_lock_id);
-                ELSE
-                    PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
-                END IF;
-                PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
-                granted := true;
-            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-                granted := false; -- the subtransaction's end restored lock_timeout
-            END;
-            v_now := pg_catalog.clock_timestamp();
+            -- come first otherwise) and sends no NOTIFY: wait for it here,
+            -- at most half the row's expiry, whose refresh is not
+            -- committed yet; still not granted, expire from the end of
+            -- the wait.
+            granted := pgadvisory.wait_take(p_lock_ids, p_shared, LEAST(p_block_ms, p_ttl_ms OPERATOR(pg_catalog./) 2));
             IF NOT granted THEN
-                -- Expire from the end of the wait: the refresh above
-                -- commits only now, and the next try's only after its
-                -- own wait.
-                UPDATE pgadvisory.waiter AS w
-                   SET expires = v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
-                 WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
+                seq := pgadvisory.wait_join(p_lock_ids, seq, p_ttl_ms, p_shared, NULL);
             END IF;
         END IF;
         IF granted THEN
             IF seq IS NOT NULL THEN
                 DELETE FROM pgadvisory.waiter AS w
-                 WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
+                 WHERE w.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids) AND w.seq OPERATOR(pg_catalog.=) seq;
                 -- Wake the next waiters when this transaction commits,
-                -- that is when the lock is released.
+                -- that is when the locks are released. The caller of a
+                -- set learns no name: it wakes its waiters of each lock.
                 IF p_wake THEN
-                    next := pgadvisory.wait_wake(p_lock_id, p_shared);
+                    FOREACH v_id IN ARRAY p_lock_ids LOOP
+                        next := pgadvisory.wait_wake(v_id, p_shared);
+                    END LOOP;
+                    IF pg_catalog.cardinality(p_lock_ids) OPERATOR(pg_catalog.>) 1 THEN
+                        next := NULL;
+                    END IF;
                 END IF;
             END IF;
             RETURN;
         END IF;
     END IF;
     IF seq IS NULL THEN
-        DELETE FROM pgadvisory.waiter AS w
-         WHERE w.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-            SELECT x.ctid FROM pgadvisory.waiter AS x
-             WHERE x.lock_id OPERATOR(pg_catalog.=) p_lock_id
-               AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
-             FOR UPDATE SKIP LOCKED));
-        INSERT INTO pgadvisory.waiter AS w (lock_id, expires, shared)
-        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
-                COALESCE(p_shared, false))
-        RETURNING w.seq INTO seq;
-        head := v_head IS NULL;
+        seq := pgadvisory.wait_join(p_lock_ids, NULL, p_ttl_ms, p_shared, NULL);
     END IF;
 END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean, boolean) IS
-'lockgen waiting calls: the lock statement of a waiting transaction lock. Takes the lock '
-'(pg_try_advisory_xact_lock) only for the head of its queue (p_seq), or for a first try (p_seq NULL) '
-'when no live waiter is queued; with p_shared, in shared mode (pg_try_advisory_xact_lock_shared) when '
-'no live exclusive waiter is ahead of the call; the head finding the lock held by a holder that did not queue waits for it '
-'(pg_advisory_xact_lock) at most p_block_ms, half of p_ttl_ms and half of statement_timeout; granted, '
-'removes the caller''s row and, unless p_wake is false, notifies pgadvisory_wait '
-'(delivered at commit) for the waiters that may take the lock next (pgadvisory.wait_wake); not granted, refreshes or inserts the caller''s '
-'row with an expiry of p_ttl_ms. Returns (granted, seq, head: first in the queue, next: the seq the NOTIFY names, '
-'or NULL). SECURITY DEFINER: callers need no privilege '
-'on pgadvisory.waiter.';
+COMMENT ON FUNCTION pgadvisory.wait_try(bigint[], bigint, bigint, bigint, boolean, boolean) IS
+'lockgen waiting calls: the lock statement of a waiting transaction lock on p_lock_ids (one lock or a set). '
+'Takes the locks (pg_try_advisory_xact_lock, all or none) only when no live waiter comes before the call in '
+'any of their queues (p_seq: its place; NULL, a first try: no live waiter at all); with p_shared, in shared '
+'mode when no live exclusive waiter comes before it; the head finding a lock held by a holder that did not '
+'queue waits for it (pg_advisory_xact_lock) at most p_block_ms, half of p_ttl_ms and half of '
+'statement_timeout; granted, removes the caller''s rows and, unless p_wake is false, notifies pgadvisory_wait '
+'(delivered at commit) for the waiters that may take each lock next (pgadvisory.wait_wake); not granted, '
+'refreshes or joins the caller''s place with an expiry of p_ttl_ms. Returns (granted, seq, head: no live '
+'waiter before the call, next: the seq the NOTIFY of a single lock names, or NULL). SECURITY DEFINER: '
+'callers need no privilege on pgadvisory.waiter.';
 
 -- +goose StatementBegin
-CREATE FUNCTION pgadvisory.wait_leave(p_lock_id bigint, p_seq bigint)
+CREATE FUNCTION pgadvisory.wait_leave(p_lock_ids bigint[], p_seq bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_head bigint;
+    v_id bigint;
 BEGIN
     DELETE FROM pgadvisory.waiter AS w
-     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) p_seq;
+     WHERE w.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids) AND w.seq OPERATOR(pg_catalog.=) p_seq;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    v_head := pgadvisory.wait_wake(p_lock_id, false);
+    FOREACH v_id IN ARRAY p_lock_ids LOOP
+        PERFORM pgadvisory.wait_wake(v_id, false);
+    END LOOP;
     RETURN true;
 END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.wait_leave(bigint, bigint) IS
-'lockgen waiting calls: removes the queue row p_seq of p_lock_id (a wait that ended without the lock) '
-'and notifies pgadvisory_wait for the waiters that may take the lock next (pgadvisory.wait_wake). Returns whether the row existed. '
-'SECURITY DEFINER: callers need no privilege on pgadvisory.waiter.';
+COMMENT ON FUNCTION pgadvisory.wait_leave(bigint[], bigint) IS
+'lockgen waiting calls: removes the call''s place p_seq from the queues of p_lock_ids (a wait that ended '
+'without the locks) and notifies pgadvisory_wait for the waiters that may take each lock next '
+'(pgadvisory.wait_wake). Returns whether the place existed. SECURITY DEFINER: callers need no privilege on '
+'pgadvisory.waiter.';
 
 -- +goose StatementBegin
-CREATE FUNCTION pgadvisory.fence_wait_try(p_lock_id bigint, p_seq bigint, p_ttl_ms bigint, p_block_ms bigint,
+CREATE FUNCTION pgadvisory.fence_wait_try(p_lock_ids bigint[], p_seq bigint, p_ttl_ms bigint, p_block_ms bigint,
     p_publish_timeout text, p_caller bigint DEFAULT NULL,
     OUT granted boolean, OUT standby boolean, OUT token bigint, OUT seq bigint, OUT head boolean)
 LANGUAGE plpgsql
@@ -337,18 +514,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_head  bigint;
-    v_block bigint;
-    v_lt    text;
-    v_st    text;
 BEGIN
-    IF p_lock_id IS NULL OR p_ttl_ms IS NULL OR p_publish_timeout IS NULL
-       OR p_ttl_ms OPERATOR(pg_catalog.<) 1 OR p_ttl_ms OPERATOR(pg_catalog.>) 3600000 THEN
-        RAISE EXCEPTION 'pgadvisory: fence_wait_try needs a lock ID, a ttl of 1 to 3600000 ms and a publish timeout (got %, %)',
-            p_ttl_ms, p_publish_timeout
-            USING ERRCODE = '22023';
+    PERFORM pgadvisory.wait_check_args('fence_wait_try', p_lock_ids, p_ttl_ms);
+    IF p_publish_timeout IS NULL THEN
+        RAISE EXCEPTION 'pgadvisory: fence_wait_try needs a publish timeout' USING ERRCODE = '22023';
     END IF;
     -- As fence_acquire: first in its transaction, which wrote nothing
     -- (this function writes the queue only on its way out, not granted).
@@ -363,89 +532,52 @@ BEGIN
     IF standby THEN
         RETURN;
     END IF;
-    IF seq IS NOT NULL THEN
-        PERFORM FROM pgadvisory.waiter AS w
-         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) p_seq;
-        IF NOT FOUND THEN
-            seq := NULL; -- removed as expired: join again, at the end
-        END IF;
+    IF seq IS NOT NULL AND (SELECT pg_catalog.count(*) FROM pgadvisory.waiter AS w
+         WHERE w.lock_id OPERATOR(pg_catalog.=) ANY (p_lock_ids) AND w.seq OPERATOR(pg_catalog.=) p_seq)
+       OPERATOR(pg_catalog.<>) pg_catalog.cardinality(p_lock_ids) THEN
+        seq := NULL; -- removed as expired: join again, at the end
     END IF;
-    SELECT w.seq INTO v_head FROM pgadvisory.waiter AS w
-     WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.expires OPERATOR(pg_catalog.>) v_now
-     ORDER BY w.seq LIMIT 1;
-    IF (seq IS NULL AND v_head IS NULL) OR (seq IS NOT NULL AND v_head OPERATOR(pg_catalog.=) seq) THEN
-        head := true;
-        v_block := LEAST(COALESCE(p_block_ms, 0), p_ttl_ms OPERATOR(pg_catalog./) 2);
-        IF seq IS NOT NULL AND v_block OPERATOR(pg_catalog.>) 0
-           AND NOT pg_catalog.pg_try_advisory_xact_lock(p_lock_id) THEN
+    head := NOT pgadvisory.wait_ahead(p_lock_ids, seq, false);
+    IF head THEN
+        IF seq IS NOT NULL AND p_block_ms OPERATOR(pg_catalog.>) 0 AND NOT pgadvisory.wait_take(p_lock_ids, false, 0) THEN
             -- The holder did not come through the queue: wait for it here,
             -- at transaction level (as wait_try), then take it below at
             -- session level (re-entrant: granted at once).
-            v_st := pg_catalog.current_setting('statement_timeout');
-            IF v_st OPERATOR(pg_catalog.<>) '0' THEN
-                v_block := LEAST(v_block, (pg_catalog.date_part('epoch', v_st::pg_catalog.interval)
-                    OPERATOR(pg_catalog.*) 500::pg_catalog.float8)::pg_catalog.int8);
-            END IF;
-            v_lt := pg_catalog.current_setting('lock_timeout');
-            BEGIN
-                PERFORM pg_catalog.set_config('lock_timeout', GREATEST(v_block, 1)::pg_catalog.text OPERATOR(pg_catalog.||) 'ms', true);
-                PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
-                PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
-            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-                NULL; -- the subtransaction's end restored lock_timeout
-            END;
-            v_now := pg_catalog.clock_timestamp();
+            PERFORM pgadvisory.wait_take(p_lock_ids, false, LEAST(p_block_ms, p_ttl_ms OPERATOR(pg_catalog./) 2));
         END IF;
-        -- The fenced acquisition itself: the session-level lock, the
+        -- The fenced acquisition itself: the session-level locks, the
         -- token, its publish. Its hand-over transaction removes the
-        -- caller's row (wait_leave), so that the NOTIFY waking the next
-        -- waiter is delivered when the lock is released.
+        -- caller's rows (wait_leave), so that the NOTIFY waking the next
+        -- waiters is delivered when the locks are released.
         SELECT a.granted, a.token INTO granted, token
-          FROM pgadvisory.fence_acquire(ARRAY[p_lock_id], false, NULL, p_publish_timeout) AS a;
+          FROM pgadvisory.fence_acquire(p_lock_ids, false, NULL, p_publish_timeout) AS a;
         IF granted THEN
             RETURN;
         END IF;
     END IF;
-    IF seq IS NOT NULL THEN
-        UPDATE pgadvisory.waiter AS w
-           SET expires = v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
-         WHERE w.lock_id OPERATOR(pg_catalog.=) p_lock_id AND w.seq OPERATOR(pg_catalog.=) seq;
-        IF NOT FOUND THEN
-            seq := NULL;
-        END IF;
-    END IF;
-    IF seq IS NULL THEN
-        DELETE FROM pgadvisory.waiter AS w
-         WHERE w.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-            SELECT x.ctid FROM pgadvisory.waiter AS x
-             WHERE x.lock_id OPERATOR(pg_catalog.=) p_lock_id
-               AND x.expires OPERATOR(pg_catalog.<) (v_now OPERATOR(pg_catalog.-) '1 minute'::pg_catalog.interval)
-             FOR UPDATE SKIP LOCKED));
-        INSERT INTO pgadvisory.waiter AS w (lock_id, expires, caller)
-        VALUES (p_lock_id, v_now OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => p_ttl_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
-                p_caller)
-        RETURNING w.seq INTO seq;
-        head := v_head IS NULL;
-    END IF;
+    seq := pgadvisory.wait_join(p_lock_ids, seq, p_ttl_ms, false, p_caller);
 END
 $$;
 -- +goose StatementEnd
 
-COMMENT ON FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text, bigint) IS
-'lockgen waiting calls: the lock statement of a waiting fenced call, first in its transaction (25001 '
-'after the transaction wrote anything), in place of pgadvisory.fence_acquire. At the head of the '
-'lock''s queue (p_seq), or for a first try (p_seq NULL) when no live waiter is queued, runs '
-'fence_acquire on the lock without waiting (the head finding the lock held by a holder that did not '
-'queue first waits for it at transaction level at most p_block_ms, half of p_ttl_ms and half of '
-'statement_timeout); granted, returns the token and leaves the caller''s row for its hand-over '
-'transaction to remove (pgadvisory.wait_leave); not granted, refreshes or inserts the caller''s row '
-'with an expiry of p_ttl_ms and, in a new row, the caller''s p_caller. Returns (granted, standby, token, seq, '
-'head). SECURITY DEFINER: callers need no privilege on pgadvisory.waiter, pgadvisory.fence or the token '
-'sequence.';
+COMMENT ON FUNCTION pgadvisory.fence_wait_try(bigint[], bigint, bigint, bigint, text, bigint) IS
+'lockgen waiting calls: the lock statement of a waiting fenced call on p_lock_ids, first in its transaction '
+'(25001 after the transaction wrote anything), in place of pgadvisory.fence_acquire. When no live waiter comes '
+'before the call in any of the locks'' queues (p_seq: its place; NULL, a first try: no live waiter at all), '
+'runs fence_acquire on the locks without waiting (the head finding a lock held by a holder that did not queue '
+'first waits for it at transaction level at most p_block_ms, half of p_ttl_ms and half of statement_timeout); '
+'granted, returns the token and leaves the caller''s place for its hand-over transaction to remove '
+'(pgadvisory.wait_leave); not granted, refreshes or joins the caller''s place with an expiry of p_ttl_ms and, '
+'in new rows, the caller''s p_caller. Returns (granted, standby, token, seq, head). SECURITY DEFINER: callers '
+'need no privilege on pgadvisory.waiter, pgadvisory.fence or the token sequence.';
 
 -- +goose Down
-DROP FUNCTION pgadvisory.fence_wait_try(bigint, bigint, bigint, bigint, text, bigint);
-DROP FUNCTION pgadvisory.wait_leave(bigint, bigint);
-DROP FUNCTION pgadvisory.wait_try(bigint, bigint, bigint, bigint, boolean, boolean);
+DROP FUNCTION pgadvisory.fence_wait_try(bigint[], bigint, bigint, bigint, text, bigint);
+DROP FUNCTION pgadvisory.wait_leave(bigint[], bigint);
+DROP FUNCTION pgadvisory.wait_try(bigint[], bigint, bigint, bigint, boolean, boolean);
+DROP FUNCTION pgadvisory.wait_join(bigint[], bigint, bigint, boolean, bigint);
+DROP FUNCTION pgadvisory.wait_take(bigint[], boolean, bigint);
+DROP FUNCTION pgadvisory.wait_ahead(bigint[], bigint, boolean);
+DROP FUNCTION pgadvisory.wait_check_args(text, bigint[], bigint);
 DROP FUNCTION pgadvisory.wait_wake(bigint, boolean);
 DROP TABLE pgadvisory.waiter;

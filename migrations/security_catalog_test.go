@@ -39,11 +39,11 @@ var securityDefiner = map[string]string{
 	// Waiting calls: join, refresh and leave the queue of a lock, and take
 	// the lock at the head of it. Callers need no privilege on
 	// pgadvisory.waiter.
-	"pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean,boolean)": "waiting",
-	"pgadvisory.wait_leave(bigint,bigint)":                             "waiting",
+	"pgadvisory.wait_try(bigint[],bigint,bigint,bigint,boolean,boolean)": "waiting",
+	"pgadvisory.wait_leave(bigint[],bigint)":                             "waiting",
 	// A waiting fenced call's tries: the queue as above, and
 	// fence_acquire's publish at the head of it.
-	"pgadvisory.fence_wait_try(bigint,bigint,bigint,bigint,text,bigint)": "waiting",
+	"pgadvisory.fence_wait_try(bigint[],bigint,bigint,bigint,text,bigint)": "waiting",
 	// Records the caller's own backend's resigned term as it unlocks:
 	// callers need no privilege on pgadvisory.leader_resigned.
 	"pgadvisory.leader_resign(bigint,bigint)": "resign",
@@ -92,9 +92,9 @@ var publicExecute = map[string]string{
 	"pgadvisory.slot_registered(bigint)":                            "a limited call whose statement may have read its lock's limit before a change; reads, runs as the caller",
 	"pgadvisory.slot_register(bigint,integer)":                      "a limited lock's first call, or a change of its limit while no slot of the old one is held",
 	// Waiting calls (WithWait on transaction locks).
-	"pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean,boolean)":   "every waiting call's tries; takes the lock only at the head of its queue",
-	"pgadvisory.wait_leave(bigint,bigint)":                               "every wait that ends without the lock; removes one queue row",
-	"pgadvisory.fence_wait_try(bigint,bigint,bigint,bigint,text,bigint)": "every waiting fenced call's tries; publishes only at the head of its queue, for a caller it grants the lock",
+	"pgadvisory.wait_try(bigint[],bigint,bigint,bigint,boolean,boolean)":   "every waiting call's tries; takes the lock only at the head of its queue",
+	"pgadvisory.wait_leave(bigint[],bigint)":                               "every wait that ends without the lock; removes one queue row",
+	"pgadvisory.fence_wait_try(bigint[],bigint,bigint,bigint,text,bigint)": "every waiting fenced call's tries; publishes only at the head of its queue, for a caller it grants the lock",
 	// A session-lock leader's resignation changes only its own backend's row.
 	"pgadvisory.leader_resign(bigint,bigint)": "every session-lock resignation; records only the caller's own backend's leadership",
 }

@@ -551,7 +551,7 @@ func TestHostileFenceWaitTryFiresNoDeferredTrigger(t *testing.T) {
 				`CREATE TEMP TABLE pending (x int)`,
 				`CREATE CONSTRAINT TRIGGER evil AFTER INSERT ON pg_temp.pending DEFERRABLE INITIALLY DEFERRED
 					FOR EACH ROW EXECUTE FUNCTION wsch.evil()`)
-			call := fmt.Sprintf(`SELECT * FROM pgadvisory.fence_wait_try(%d, NULL, 60000, 0, '1s')`, h.lock)
+			call := fmt.Sprintf(`SELECT * FROM pgadvisory.fence_wait_try(ARRAY[%d]::bigint[], NULL, 60000, 0, '1s')`, h.lock)
 			if v.open {
 				call = fmt.Sprintf(`SELECT * FROM pgadvisory.fence_acquire(ARRAY[%d]::bigint[], false, NULL, '1s')`, h.lock)
 			}
@@ -572,7 +572,7 @@ func TestHostileFenceWaitTryFiresNoDeferredTrigger(t *testing.T) {
 			var tok int64
 			h.must(t, `BEGIN`)
 			require.NoError(t, h.conn.QueryRowContext(context.Background(), fmt.Sprintf(
-				`SELECT granted, token FROM pgadvisory.fence_wait_try(%d, NULL, 60000, 0, '1s')`, h.lock)).Scan(&granted, &tok))
+				`SELECT granted, token FROM pgadvisory.fence_wait_try(ARRAY[%d]::bigint[], NULL, 60000, 0, '1s')`, h.lock)).Scan(&granted, &tok))
 			h.must(t, `COMMIT AND CHAIN`, `SELECT pgadvisory.fence_handover()`, `COMMIT`)
 			require.True(t, granted)
 			require.Equal(t, tok, fencing.Published(t, h.admin, h.lock))

@@ -346,7 +346,7 @@ func TestCancelServerSide(t *testing.T) {
 		t.Run("waiting", func(t *testing.T) {
 			ctx := testdb.Context(t)
 			w := witness.New(t)
-			door := frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(cancelOnServer))
+			door := serverQueue(frontdoor.Open(t, drv, frontdoor.MaxConns(failurePoolSize), frontdoor.Configure(cancelOnServer)))
 			key, other := testdb.Key(t), testdb.Key(t)
 			held, release := make(chan struct{}), make(chan struct{})
 			holderDone := make(chan error, 1)
@@ -364,9 +364,9 @@ func TestCancelServerSide(t *testing.T) {
 			wctx, cancel := context.WithCancel(ctx)
 			waiterDone := make(chan error, 1)
 			go func() {
-				// A set, so that it waits in the server's queue (one lock
-				// waits in lockgen's, holding no connection:
-				// TestCancelWhileWaiting/lockgen_queue).
+				// The Locker waits in the server's queue, as on a database
+				// without migration 00011 (in lockgen's queue a waiter
+				// holds no connection: TestCancelWhileWaiting/lockgen_queue).
 				waiterDone <- door.RunExclusive(wctx, key, func(frontdoor.Tx) error { return nil }, pgadvisory.WithWait(0), pgadvisory.WithLocks(other))
 			}()
 			require.Eventually(t, func() bool { return w.Locks(t, false, key) == 1 }, 30*time.Second, 10*time.Millisecond)

@@ -147,9 +147,8 @@ func ExampleError() {
 	lockID := exampleLockID("error")
 
 	_ = pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error {
-		// A set of locks waits in the server's lock queue, which ends
-		// the wait with the server's error (one lock waits in lockgen's
-		// queue, whose timeout is the call's own: no SQLSTATE).
+		// The set waits in lockgen's queue; WithWait's timeout is the
+		// call's own (no SQLSTATE).
 		err := pgadvisory.RunExclusive(ctx, db, lockID, func(*sql.Tx) error { return nil },
 			pgadvisory.WithLocks(exampleLockID("error-other")), pgadvisory.WithWait(10*time.Millisecond))
 
@@ -158,21 +157,19 @@ func ExampleError() {
 		if errors.As(err, &e) {
 			fmt.Println("step:", e.Op)
 			fmt.Println("kind is ErrLockTimeout:", e.Kind == pgadvisory.ErrLockTimeout)
-			fmt.Println("SQLSTATE:", e.SQLState)
+			fmt.Printf("SQLSTATE: %q\n", e.SQLState)
 			fmt.Println("locks:", len(e.LockIDs))
 		}
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			fmt.Println("server says:", pgErr.Message)
-		}
+		fmt.Println("from the server:", errors.As(err, &pgErr))
 		return nil
 	})
 	// Output:
 	// step: lock
 	// kind is ErrLockTimeout: true
-	// SQLSTATE: 55P03
+	// SQLSTATE: ""
 	// locks: 2
-	// server says: canceling statement due to lock timeout
+	// from the server: false
 }
 
 func ExampleLock() {

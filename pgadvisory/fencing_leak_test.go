@@ -95,6 +95,10 @@ type fencingFailure struct {
 	settle func(t *testing.T, w *witness.Witness, keys [2]int64)
 	// handover: the failure comes after the publish committed.
 	handover bool
+	// queued: the call fails while it waits in lockgen's queue, where no
+	// message of its fails part-way (a try that is not granted commits):
+	// its connection goes back to the pool.
+	queued bool
 }
 
 var fencingFailureSteps = []fencingFailure{
@@ -114,10 +118,15 @@ var fencingFailureSteps = []fencingFailure{
 		},
 	},
 	{
-		// The call holds the lower key and waits for the higher one, which
-		// another session holds, until its context ends: the cancel
-		// arrives inside fence_acquire.
-		name: "cancel_while_waiting",
+		// The call waits for the higher key, which another session holds,
+		// in lockgen's queue, until its context ends: the cancel arrives
+		// while it sleeps between tries, or while, at the head of the
+		// queue, it waits for the higher key on the server
+		// (fence_wait_try), holding neither key. A wait inside
+		// fence_acquire, on a database without the queue, is ended by the
+		// server in TestFencingWaitOutlastsServerTimeouts.
+		name:   "cancel_while_waiting",
+		queued: true,
 		setup: func(t *testing.T, admin *sql.DB, keys [2]int64) (context.Context, []pgadvisory.Option, func()) {
 			other := rawConn(t, admin)
 			_, err := other.ExecContext(context.Background(), `SELECT pg_advisory_lock($1)`, keys[1])
@@ -135,10 +144,10 @@ var fencingFailureSteps = []fencingFailure{
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, pgadvisory.OpLock, pe.Op)
 		},
-		// The driver gives up at the deadline and cancels the statement
-		// on the server afterwards: wait until the server stopped waiting
-		// and released the lower key while the higher one is still held
-		// elsewhere (fence_acquire's handler at work), before it is freed.
+		// The driver gives up at the deadline and cancels a statement that
+		// waits on the server afterwards: wait until the server stopped
+		// waiting, holding the lower key nowhere while the higher one is
+		// still held elsewhere, before it is freed.
 		settle: func(t *testing.T, w *witness.Witness, keys [2]int64) {
 			require.Eventually(t, func() bool { return len(w.Holds(t, keys[0])) == 0 && w.Locks(t, false, keys[1]) == 0 },
 				30*time.Second, 10*time.Millisecond, "the canceled acquisition released the lower key")
@@ -199,9 +208,12 @@ func runFencingFailure(t *testing.T, admin *sql.DB, door frontdoor.Door, step fe
 	}
 	require.Eventually(t, func() bool { return len(w.Holds(t, keys[0], keys[1])) == 0 }, 30*time.Second, 10*time.Millisecond,
 		"no advisory lock of the keys is held anywhere")
-	if closed != nil {
+	if closed != nil && !step.queued {
 		closed(t)
 	}
+	var queued int
+	require.NoError(t, admin.QueryRow(`SELECT count(*) FROM pgadvisory.waiter WHERE lock_id = ANY($1)`, idsArray(keys[:])).Scan(&queued))
+	require.Zero(t, queued, "the call left lockgen's queue")
 	frontdoor.RequireIdle(t, door)
 
 	var tok int64

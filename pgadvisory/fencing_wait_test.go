@@ -17,21 +17,25 @@ import (
 
 // A fenced WithWait against the server's own timeouts, as an unfenced one
 // gets it (wait_server_settings_test.go, whose helpers this uses): on a
-// database with lock_timeout = 100ms and statement_timeout = 400ms, a
-// fenced caller of a set (WithLocks: it waits in the server's queue)
+// database with lock_timeout = 100ms and statement_timeout = 400ms whose
+// lockgen schema predates migration 00011 (no queue: a waiting call waits
+// in the server's queue, inside fence_acquire), a fenced caller
 // waits the 1.5s a holder keeps the lock (pgx lifts statement_timeout in
 // the same round trip), publishes, and fn runs under the database's
 // settings again (what the acquisition set for its own transaction ends
 // with COMMIT AND CHAIN); database/sql's RunExclusive cannot lift
 // statement_timeout without a round trip and names it in ErrLockTimeout,
-// and leaves no lock behind. A fenced caller of one lock waits in
+// and leaves no lock behind. With the queue, a fenced caller waits in
 // lockgen's queue, where each try is a short statement: it gets its wait
 // on both front doors (TestFencingWaitQueueOutlastsServerTimeouts).
 
 func TestFencingWaitOutlastsServerTimeouts(t *testing.T) {
 	url := timeoutDatabase(t)
 	db := openOn(t, url)
-	require.NoError(t, pgadvisory.Migrate(testdb.Context(t), db))
+	m, err := pgadvisory.NewMigrator(db)
+	require.NoError(t, err)
+	_, err = m.UpTo(testdb.Context(t), 10)
+	require.NoError(t, err)
 	w := witness.Of(db)
 	for _, wait := range []time.Duration{0, 5 * time.Second} {
 		for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {

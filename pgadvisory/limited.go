@@ -386,7 +386,7 @@ func (lw lockerWaiters) join(id int64, listen func(context.Context) (notifyConn,
 	if lw.w == nil {
 		return nil
 	}
-	sub := lw.hub.subscribe(id, listen)
+	sub := lw.hub.subscribe([]int64{id}, listen)
 	lw.polls.enter()
 	w := lw.w
 	w.mu.Lock()
@@ -410,7 +410,7 @@ func (lw lockerWaiters) leave(sub *waitSub) {
 	}
 	w := lw.w
 	w.mu.Lock()
-	subs := w.byID[sub.id]
+	subs := w.byID[sub.ids[0]]
 	for i, s := range subs {
 		if s == sub {
 			subs = append(subs[:i:i], subs[i+1:]...)
@@ -418,9 +418,9 @@ func (lw lockerWaiters) leave(sub *waitSub) {
 		}
 	}
 	if len(subs) == 0 {
-		delete(w.byID, sub.id)
+		delete(w.byID, sub.ids[0])
 	} else {
-		w.byID[sub.id] = subs
+		w.byID[sub.ids[0]] = subs
 		subs[0].seq.Store(0)
 	}
 	w.mu.Unlock()

@@ -134,9 +134,13 @@ var migrationObjects = map[int64][]schemaObject{
 		{kind: "table", name: "pgadvisory.waiter"},
 		{kind: "sequence", name: "pgadvisory.waiter_seq_seq"},
 		{kind: "function", name: "pgadvisory.wait_wake(bigint,boolean)"},
-		{kind: "function", name: "pgadvisory.wait_try(bigint,bigint,bigint,bigint,boolean,boolean)"},
-		{kind: "function", name: "pgadvisory.wait_leave(bigint,bigint)"},
-		{kind: "function", name: "pgadvisory.fence_wait_try(bigint,bigint,bigint,bigint,text,bigint)"},
+		{kind: "function", name: "pgadvisory.wait_check_args(text,bigint[],bigint)"},
+		{kind: "function", name: "pgadvisory.wait_ahead(bigint[],bigint,boolean)"},
+		{kind: "function", name: "pgadvisory.wait_take(bigint[],boolean,bigint)"},
+		{kind: "function", name: "pgadvisory.wait_join(bigint[],bigint,bigint,boolean,bigint)"},
+		{kind: "function", name: "pgadvisory.wait_try(bigint[],bigint,bigint,bigint,boolean,boolean)"},
+		{kind: "function", name: "pgadvisory.wait_leave(bigint[],bigint)"},
+		{kind: "function", name: "pgadvisory.fence_wait_try(bigint[],bigint,bigint,bigint,text,bigint)"},
 	},
 }
 

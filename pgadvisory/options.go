@@ -119,8 +119,8 @@ type callState struct {
 // is done, even where the database, the role or the session sets a
 // lock_timeout.
 //
-// [Locker.RunExclusive] and [Locker.RunOnce] on one lock (not [WithLocks];
-// [WithShared], [WithReadOnly] and [WithFencing] too) wait
+// [Locker.RunExclusive] and [Locker.RunOnce] on one lock or a set
+// ([WithLocks]; [WithShared], [WithReadOnly] and [WithFencing] too) wait
 // without a connection, in arrival order, once lockgen's schema has
 // migration 00011 (see [Migrate]): the call tries first, in the round trips
 // of a call that does not wait; when the lock is held it joins the lock's
@@ -129,7 +129,9 @@ type callState struct {
 // [Locker], over pgx or pgx's database/sql driver on a direct connection)
 // or at its polling interval (behind a pooler, or when the holder took
 // the lock without queueing or died). Among the calls waiting for one
-// lock, across processes, the one that joined first is granted first
+// lock, across processes, the one that joined first is granted first (a
+// set joins the queue of each of its locks with one place, and is granted
+// all of them once it is first in each)
 // (shared calls that joined one after the other are granted together); a
 // waiter that went away (its process died) no longer blocks the queue
 // once its row expires, within its Locker's check interval

@@ -153,37 +153,43 @@ func TestOptionWaitZero(t *testing.T) {
 }
 
 // TestOptionWaitTimeout: WithWait(d) while the lock is held returns
-// ErrLockTimeout in an *Error (Op "lock"): for one lock, waiting in
-// lockgen's queue, without SQLSTATE (no statement failed); for a set,
-// waiting in the server's queue, with SQLSTATE 55P03 and the server's
-// error. fn is not called; the holder is unaffected; and lock_timeout does
-// not leak to the pooled connection (the instance has a single one).
+// ErrLockTimeout in an *Error (Op "lock"): for one lock or a set, waiting
+// in lockgen's queue, without SQLSTATE (no statement failed); on a Locker
+// that waits in the server's queue (as on a database without migration
+// 00011), with SQLSTATE 55P03 and the server's error. fn is not called;
+// the holder is unaffected; and lock_timeout does not leak to the pooled
+// connection (each waiter has a single one).
 func TestOptionWaitTimeout(t *testing.T) {
 	migrated.DB(t)
 	frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
 		ctx := testdb.Context(t)
 		waiter := frontdoor.Open(t, door.Driver, frontdoor.MaxConns(1))
+		server := serverQueue(frontdoor.Open(t, door.Driver, frontdoor.MaxConns(1)))
 		key, other := testdb.Key(t), testdb.Key(t)
 		release := door.Hold(t, key, nil)
 
 		called := false
-		err := waiter.RunExclusive(ctx, key, func(frontdoor.Tx) error { called = true; return nil }, pgadvisory.WithWait(30*time.Millisecond))
+		fn := func(frontdoor.Tx) error { called = true; return nil }
+		err := waiter.RunExclusive(ctx, key, fn, pgadvisory.WithWait(30*time.Millisecond))
 		pe := sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "")
-		require.False(t, called, "fn must not run after a timeout")
 		require.Equal(t, []int64{key}, pe.LockIDs)
-		err = waiter.RunExclusive(ctx, other, func(frontdoor.Tx) error { called = true; return nil },
-			pgadvisory.WithLocks(key), pgadvisory.WithWait(30*time.Millisecond))
+		err = waiter.RunExclusive(ctx, other, fn, pgadvisory.WithLocks(key), pgadvisory.WithWait(30*time.Millisecond))
+		pe = sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "")
+		require.ElementsMatch(t, []int64{key, other}, pe.LockIDs)
+		err = server.RunExclusive(ctx, other, fn, pgadvisory.WithLocks(key), pgadvisory.WithWait(30*time.Millisecond))
 		sqlstate.RequireTyped(t, err, pgadvisory.ErrLockTimeout, "lock", "55P03")
 		require.False(t, called, "fn must not run after a timeout")
 
 		require.NoError(t, release(), "the holder commits normally")
 
-		// The same (only) connection: no lock_timeout left behind.
-		var setting string
-		require.NoError(t, waiter.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
-			return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&setting)
-		}))
-		require.Equal(t, "0", setting)
+		// The same (only) connections: no lock_timeout left behind.
+		for _, d := range []frontdoor.Door{waiter, server} {
+			var setting string
+			require.NoError(t, d.RunExclusive(ctx, key, func(tx frontdoor.Tx) error {
+				return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&setting)
+			}))
+			require.Equal(t, "0", setting)
+		}
 	})
 }
 

@@ -66,7 +66,7 @@ func (c *callState) sessionQueued() bool {
 const sessionQueueTrySQL = `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) $4::pg_catalog.int4 THEN ` +
 	`CASE WHEN g.granted THEN pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8) ELSE false END END, false), ` +
 	`pg_catalog.pg_is_in_recovery(), pg_catalog.pg_backend_pid(), g.seq, g.head ` +
-	`FROM pgadvisory.wait_try($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int8, 0, false) AS g`
+	`FROM pgadvisory.wait_try(ARRAY[$1::pg_catalog.int8], $2::pg_catalog.int8, $3::pg_catalog.int8, 0, false) AS g`
 
 // sessionQueueLeadSQL is a queued leadership's try: sessionQueueTrySQL,
 // and once it granted, the election (electSQL's leader_elect) in the same
@@ -151,7 +151,7 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 			return sc, nil
 		}
 		if sub == nil {
-			sub = c.locker.waits.subscribe(c.ids[0], c.listen)
+			sub = c.locker.waits.subscribe(c.ids, c.listen)
 			c.locker.polls.enter()
 		}
 		sub.seq.Store(q.seq.Int64)
@@ -219,7 +219,7 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 				left = q.seq // the statement's removal of the row was rolled back
 			}
 			var gone bool
-			_ = conn.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], left.Int64}, &gone)
+			_ = conn.run(bgCtx, c.checkTimeout, waitLeaveSQL, []any{c.idsList(), left.Int64}, &gone)
 		}
 		conn.releaseSem()
 		unreserve()
@@ -240,7 +240,7 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 		sc.hold(l)
 		if q.seq.Valid {
 			var left bool
-			if sc.run(ctx, c.checkTimeout, waitLeaveSQL, []any{c.ids[0], q.seq.Int64}, &left) == nil {
+			if sc.run(ctx, c.checkTimeout, waitLeaveSQL, []any{c.idsList(), q.seq.Int64}, &left) == nil {
 				q.seq.Valid = false
 			} // else the place expires
 		}
@@ -324,7 +324,7 @@ func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueStat
 		conn.discard()
 		return c.failure(ctx, "lock", err)
 	}
-	if err := conn.queryRow(ctx, waitTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), int64(0), false}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
+	if err := conn.queryRow(ctx, waitTrySQL, []any{c.idsList(), prev, q.rowTTL(&c.locker.polls), int64(0), false}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
 		conn.discard() // the server rolls the transaction back
 		return c.failure(ctx, "lock", err)
 	}
@@ -361,7 +361,7 @@ func (p *sessionPool) leaveQueue(ctx context.Context, l *muxLock, q *queueState)
 		return
 	}
 	var left bool
-	if err := conn.queryRow(lctx, waitLeaveSQL, []any{c.ids[0], q.seq.Int64}, &left); err != nil {
+	if err := conn.queryRow(lctx, waitLeaveSQL, []any{c.idsList(), q.seq.Int64}, &left); err != nil {
 		conn.discard()
 		return
 	}

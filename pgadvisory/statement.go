@@ -105,6 +105,15 @@ func (c *callState) idsArg() any {
 	return c.idsText
 }
 
+// idsList is the text of c's lock IDs as a PostgreSQL bigint array, also
+// for a single lock (the queue's statements take an array).
+func (c *callState) idsList() string {
+	if c.idsText == "" {
+		c.idsText = arrayLiteral(c.ids)
+	}
+	return c.idsText
+}
+
 // arrayLiteral renders ids as the text of a PostgreSQL bigint array.
 func arrayLiteral(ids []int64) string {
 	b := make([]byte, 0, 2+len(ids)*20)

@@ -23,20 +23,20 @@ import (
 // removal (the caller then leaves the queue as any failed call does).
 const (
 	fencedWaitTrySQL = "SELECT g.granted, g.standby, g.token, g.seq, g.head " +
-		"FROM pgadvisory.fence_wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5, $6::bigint) AS g"
+		"FROM pgadvisory.fence_wait_try($1::text::bigint[], $2::bigint, $3::bigint, $4::bigint, $5, $6::bigint) AS g"
 	// fencedLeaveSQL leaves the queue for a fenced call: its row by its
 	// place, and any row it joined with a try whose answer it did not read
 	// (its place unknown), by the call's own number (see queueState.caller).
-	fencedLeaveSQL = "SELECT count(pgadvisory.wait_leave(w.lock_id, w.seq)) FROM pgadvisory.waiter AS w " +
-		"WHERE w.lock_id = $1::bigint AND (w.seq = $2::bigint OR w.caller = $3::bigint)"
+	fencedLeaveSQL = "SELECT count(pgadvisory.wait_leave($1::text::bigint[], p.seq)) FROM (SELECT DISTINCT w.seq FROM pgadvisory.waiter AS w " +
+		"WHERE w.lock_id = ANY ($1::text::bigint[]) AND (w.seq = $2::bigint OR w.caller = $3::bigint)) AS p"
 	// fencedQueueHandover is the hand-over of a queued fenced call: the
 	// token, and, when the hand-over granted (CASE, unlike AND, fixes the
 	// order) and the call had a place, the place of the next live waiter,
 	// which wait_leave's NOTIFY names (the subquery reads the statement's
 	// snapshot, which still has the call's own row: it is left out by its
 	// seq).
-	fencedQueueHandover = "SELECT h.token, CASE WHEN h.token IS NULL THEN NULL WHEN pgadvisory.wait_leave($1::bigint, $2::bigint) " +
-		"THEN (SELECT w.seq FROM pgadvisory.waiter AS w WHERE w.lock_id = $1::bigint AND w.seq <> $2::bigint " +
+	fencedQueueHandover = "SELECT h.token, CASE WHEN h.token IS NULL THEN NULL WHEN pgadvisory.wait_leave($1::text::bigint[], $2::bigint) " +
+		"THEN (SELECT w.seq FROM pgadvisory.waiter AS w WHERE w.lock_id = ($1::text::bigint[])[1] AND w.seq <> $2::bigint " +
 		"AND w.expires > clock_timestamp() ORDER BY w.seq LIMIT 1) END " +
 		"FROM (SELECT pgadvisory.fence_handover() AS token) AS h"
 )
@@ -47,11 +47,11 @@ const (
 func (q *queueState) fencedStatement(c *callState, seq any, ttlMS, blockMS int64) lockStatement {
 	return lockStatement{
 		sql:           fencedWaitTrySQL,
-		args:          []any{c.ids[0], seq, ttlMS, blockMS, lockTimeoutSetting(defaultPublishTimeout), q.caller},
+		args:          []any{c.idsList(), seq, ttlMS, blockMS, lockTimeoutSetting(defaultPublishTimeout), q.caller},
 		fenced:        true,
 		extra:         []any{&q.seq, &q.head},
 		handover:      fencedQueueHandover,
-		handoverArgs:  []any{c.ids[0], seq},
+		handoverArgs:  []any{c.idsList(), seq},
 		handoverExtra: []any{&q.next},
 	}
 }
@@ -62,7 +62,7 @@ func (q *queueState) fencedStatement(c *callState, seq any, ttlMS, blockMS int64
 // returns the first result only): the caller does not learn the next
 // waiter's place, and wakes every waiter of the lock in its process.
 func fencedQueueMessage(st lockStatement) string {
-	id := strconv.FormatInt(st.args[0].(int64), 10)
+	id := "'" + st.args[0].(string) + "'"
 	seq := "NULL"
 	if s, ok := st.args[1].(int64); ok {
 		seq = strconv.FormatInt(s, 10)

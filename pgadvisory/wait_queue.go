@@ -19,8 +19,8 @@ import (
 
 // Waiting without a connection, in arrival order (migrations/00011_waiting.sql).
 //
-// A transaction-lock call with WithWait on one lock (RunExclusive, RunOnce;
-// not a set; shared, fenced or read-only too) does not
+// A transaction-lock call with WithWait on one lock or a set (RunExclusive,
+// RunOnce; shared, fenced or read-only too) does not
 // wait in the server's lock queue. Its first try is its lock
 // transaction's statement pgadvisory.wait_try with no place in the
 // queue: it takes the lock, in the round trips of a call that does not
@@ -85,19 +85,19 @@ func waitHeartbeat(interval time.Duration) time.Duration { return interval / 5 }
 // (WithShared).
 const (
 	waitTrySQL = `SELECT g.granted, pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next ` +
-		`FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
+		`FROM pgadvisory.wait_try($1::text::bigint[], $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
 	// waitTryOnceSQL is waitTrySQL for a run-once call: it sets
 	// pgadvisory.granted for the claim that follows (see lockShape.granted).
 	waitTryOnceSQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('pgadvisory.granted', 'on', true) = 'on' ELSE false END, ` +
-		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::text::bigint[], $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
 	// waitTryReadOnlySQL is waitTrySQL for a read-only call (WithReadOnly):
 	// its transaction begins read-write, since wait_try writes the queue,
 	// and is made read-only by the same statement once the lock is
 	// granted, before fn runs (PostgreSQL lets a transaction turn
 	// transaction_read_only on at any point, never off again).
 	waitTryReadOnlySQL = `SELECT CASE WHEN g.granted THEN pg_catalog.set_config('transaction_read_only', 'on', true) = 'on' ELSE false END, ` +
-		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::bigint, $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
-	waitLeaveSQL = `SELECT pgadvisory.wait_leave($1::bigint, $2::bigint)`
+		`pg_catalog.pg_is_in_recovery(), g.seq, g.head, g.next FROM pgadvisory.wait_try($1::text::bigint[], $2::bigint, $3::bigint, $4::bigint, true, $5::boolean) AS g`
+	waitLeaveSQL = `SELECT pgadvisory.wait_leave($1::text::bigint[], $2::bigint)`
 )
 
 // waitChannel is the channel of wait_try's and wait_leave's NOTIFY.
@@ -163,12 +163,13 @@ func (q *queueState) blockMS() int64 {
 }
 
 // queued reports whether c waits in lockgen's queue rather than in the
-// server's: a waiting transaction lock on one unlimited ID, exclusive or
-// shared, on a Locker whose database has the queue. A read-only call's lock
+// server's: a waiting transaction lock on unlimited IDs (one or a set,
+// which joins the queue of each with one place), exclusive or shared, on a
+// Locker whose database has the queue. A read-only call's lock
 // statement makes its transaction read-only once granted
 // (waitTryReadOnlySQL); a fenced call's is fence_wait_try (wait_fenced.go).
 func (c *callState) queued() bool {
-	return c.wait && !c.session && c.lim == nil && len(c.ids) == 1 &&
+	return c.wait && !c.session && c.lim == nil &&
 		c.locker != nil && !c.locker.noQueue.Load()
 }
 
@@ -189,7 +190,7 @@ func (q *queueState) statement(c *callState) lockStatement {
 		q.next.Valid = false // set by the hand-over, when it runs
 		return q.fencedStatement(c, seq, q.rowTTL(&c.locker.polls), q.blockMS())
 	}
-	return lockStatement{sql: query, args: []any{c.ids[0], seq, q.rowTTL(&c.locker.polls), q.blockMS(), c.shared}, extra: []any{&q.seq, &q.head, &q.next}}
+	return lockStatement{sql: query, args: []any{c.idsList(), seq, q.rowTTL(&c.locker.polls), q.blockMS(), c.shared}, extra: []any{&q.seq, &q.head, &q.next}}
 }
 
 // rowTTL is the expiry of the call's row after its next try: ttlMS, plus
@@ -345,7 +346,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				// waiter precedes share it now (their NOTIFY comes only
 				// when a holder releases).
 				fn := call
-				call = func() error { c.locker.waits.wake(c.ids[0], 0, false); return fn() }
+				call = func() error { c.locker.waits.wakeAll(c.ids); return fn() }
 			}
 			o := runTx(ctx, c, d, call)
 			q.unread = q.unread || (q.caller != 0 && o.end == txFailed)
@@ -379,15 +380,15 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				// their rows. Otherwise (no NOTIFY: a holder that took
 				// the lock without queueing, or a rollback) the Locker's
 				// waiters for the lock all try at once.
-				if o.end == txCommitted && q.next.Valid {
+				if o.end == txCommitted && q.next.Valid && len(c.ids) == 1 {
 					c.locker.waits.wakeNamed(c.ids[0], q.next.Int64)
 				} else {
-					c.locker.waits.wake(c.ids[0], 0, false)
+					c.locker.waits.wakeAll(c.ids)
 				}
 				return c.txError(o)
 			}
 			if sub == nil {
-				sub = c.locker.waits.subscribe(c.ids[0], path.listen)
+				sub = c.locker.waits.subscribe(c.ids, path.listen)
 				c.locker.polls.enter()
 			}
 			sub.seq.Store(q.seq.Int64)
@@ -459,9 +460,9 @@ func (q *queueState) leave(ctx context.Context, c *callState, path waitPath) {
 		if q.seq.Valid {
 			seq = q.seq.Int64
 		}
-		err = path.exec(lctx, fencedLeaveSQL, c.ids[0], seq, q.caller)
+		err = path.exec(lctx, fencedLeaveSQL, c.idsList(), seq, q.caller)
 	} else {
-		err = path.exec(lctx, waitLeaveSQL, c.ids[0], q.seq.Int64)
+		err = path.exec(lctx, waitLeaveSQL, c.idsList(), q.seq.Int64)
 	}
 	if err == nil {
 		q.seq.Valid = false
@@ -496,8 +497,8 @@ type waitHub struct {
 
 // waitSub is one waiting call's wake-up.
 type waitSub struct {
-	id  int64
-	seq atomic.Int64 // the call's place in the queue, once it joined
+	ids []int64      // the call's locks: one, or a set's
+	seq atomic.Int64 // the call's place in the queues, once it joined
 	ch  chan struct{}
 }
 
@@ -505,21 +506,24 @@ type waitSub struct {
 // waits.
 const waitLinger = 5 * time.Second
 
-// subscribe registers a waiter of lock id, and starts the listener when
-// none runs and the path may listen.
-func (h *waitHub) subscribe(id int64, listen func(context.Context) (notifyConn, error)) *waitSub {
-	s := &waitSub{id: id, ch: make(chan struct{}, 1)}
+// subscribe registers a waiter of locks ids (a set's waiter is woken by
+// a wake-up of any of them), and starts the listener when none runs and
+// the path may listen.
+func (h *waitHub) subscribe(ids []int64, listen func(context.Context) (notifyConn, error)) *waitSub {
+	s := &waitSub{ids: ids, ch: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs == nil {
 		h.subs = map[int64]map[*waitSub]struct{}{}
 	}
-	m := h.subs[id]
-	if m == nil {
-		m = map[*waitSub]struct{}{}
-		h.subs[id] = m
+	for _, id := range ids {
+		m := h.subs[id]
+		if m == nil {
+			m = map[*waitSub]struct{}{}
+			h.subs[id] = m
+		}
+		m[s] = struct{}{}
 	}
-	m[s] = struct{}{}
 	h.n++
 	if h.idle != nil {
 		h.idle.Stop()
@@ -539,10 +543,12 @@ func (h *waitHub) subscribe(id int64, listen func(context.Context) (notifyConn, 
 func (h *waitHub) unsubscribe(s *waitSub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if m := h.subs[s.id]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(h.subs, s.id)
+	for _, id := range s.ids {
+		if m := h.subs[id]; m != nil {
+			delete(m, s)
+			if len(m) == 0 {
+				delete(h.subs, id)
+			}
 		}
 	}
 	h.n--
@@ -591,6 +597,14 @@ func (h *waitHub) wake(id, seq int64, all bool) {
 			default:
 			}
 		}
+	}
+}
+
+// wakeAll wakes every waiter of each of ids (a released set, or a release
+// whose NOTIFY named no waiter this Locker knows).
+func (h *waitHub) wakeAll(ids []int64) {
+	for _, id := range ids {
+		h.wake(id, 0, false)
 	}
 }
 

@@ -49,6 +49,17 @@ func queueDoor(t *testing.T, driver frontdoor.Driver, app string, conns int32, o
 	return frontdoor.OnDB(db, opts...)
 }
 
+// serverQueue makes door's waiting calls wait in the server's lock queue,
+// as on a database without migration 00011, and returns it.
+func serverQueue(door frontdoor.Door) frontdoor.Door {
+	if l := door.PgxLocker(); l != nil {
+		pgadvisory.ServerQueueForTest(l)
+	} else {
+		pgadvisory.ServerQueueForTest(door.SQLLocker())
+	}
+	return door
+}
+
 // queueRows counts the rows of lockID's queue.
 func queueRows(t *testing.T, admin *sql.DB, lockID int64) int {
 	t.Helper()
@@ -657,7 +668,7 @@ func queueLiveWaiter(t *testing.T, admin *sql.DB, lockID int64) int64 {
 	release := holdSession(t, admin, lockID)
 	var seq int64
 	var granted bool
-	require.NoError(t, admin.QueryRow(`SELECT granted, seq FROM pgadvisory.wait_try($1, NULL, 60000)`, lockID).Scan(&granted, &seq))
+	require.NoError(t, admin.QueryRow(`SELECT granted, seq FROM pgadvisory.wait_try(ARRAY[$1::bigint], NULL, 60000)`, lockID).Scan(&granted, &seq))
 	require.False(t, granted)
 	release()
 	return seq
@@ -666,7 +677,7 @@ func queueLiveWaiter(t *testing.T, admin *sql.DB, lockID int64) int64 {
 // leaveWaiter removes the waiter of queueLiveWaiter from lockID's queue.
 func leaveWaiter(t *testing.T, admin *sql.DB, lockID, seq int64) {
 	t.Helper()
-	_, err := admin.Exec(`SELECT pgadvisory.wait_leave($1, $2)`, lockID, seq)
+	_, err := admin.Exec(`SELECT pgadvisory.wait_leave(ARRAY[$1::bigint], $2)`, lockID, seq)
 	require.NoError(t, err)
 }
 

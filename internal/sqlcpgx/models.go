@@ -121,7 +121,7 @@ type PgadvisoryStatus struct {
 	LeaderSince     pgtype.Timestamptz
 }
 
-// lockgen waiting calls: one row per call waiting for a transaction lock, in arrival order (seq), with its expiry on the database's clock (a waiter that went away blocks no one once it passed) and its mode (shared: a WithShared call). Written only by pgadvisory.wait_try, pgadvisory.fence_wait_try and pgadvisory.wait_leave; readable by any role.
+// lockgen waiting calls: one row per lock of each call waiting for transaction locks (a call on a set has one place, the same in each of its locks' queues), in arrival order (seq), with its expiry on the database's clock (a waiter that went away blocks no one once it passed) and its mode (shared: a WithShared call). Written only by pgadvisory.wait_try, pgadvisory.fence_wait_try and pgadvisory.wait_leave; readable by any role.
 type PgadvisoryWaiter struct {
 	LockID  int64
 	Seq     int64
