@@ -88,9 +88,10 @@ const defaultMigrationLockWait = 5 * time.Minute
 //   - 00011_waiting: waiting without a connection, in arrival order
 //     ([WithWait] on transaction locks): pgadvisory.waiter queues the
 //     waiting calls of each lock with an expiry on the database's clock;
-//     pgadvisory.wait_try takes the lock for the head of the queue (or a
-//     first try when nobody waits) and wakes the next waiter at commit
-//     (NOTIFY pgadvisory_wait), pgadvisory.wait_leave removes a call's row;
+//     pgadvisory.wait_try takes the locks (one or a set, all or none) for
+//     a call first in each of their queues (or a first try when nobody
+//     waits) and wakes the next waiters at commit (NOTIFY
+//     pgadvisory_wait), pgadvisory.wait_leave removes a call's rows;
 //     pgadvisory.fence_wait_try is wait_try for fenced calls, with
 //     pgadvisory.fence_acquire at the head of the queue.
 //
