@@ -25,8 +25,8 @@ string), int4_keys, name, params, mode, state, granted, pid, application_name,
 client_addr, xact_start, xact_age_seconds, backend_state, wait_event,
 blocked_by, leader ({"holder", "term", "since", "expires"} on the row of a
 backend that leads its lock with pgadvisory.Lead, or on a lease's line,
-else null; expires is a lease's) and limit; unknown values are null. A
-leadership also shows in the table's last column, LEADER.
+else null; expires is a lease's), limit and queue; unknown values are null.
+A leadership also shows in the table's last column, LEADER.
 
 A lease (pgadvisory WithLease: Lead, Campaign, RunSession) holds no
 advisory lock and no connection: it shows as one line with mode lease, no
@@ -39,6 +39,14 @@ W backends waiting in the server's queue for a slot (SQL jobs; lockgen's
 waiting calls hold no connection and are not counted); in JSON its limit is
 {"n", "held", "waiting"} (null on other rows). Its slots' keys do not show
 as rows of their own.
+
+Calls waiting in lockgen's queue (pgadvisory WithWait, migration 00011)
+hold no connection and no advisory lock: the waiters of a lock show as one
+line with mode queued, no pid, and state "W queued (S shared)" (W live
+waiters, S of them shared; a call on a set of locks counts in the line of
+each); in JSON its queue is {"waiting", "shared"} (null on other rows). At
+most one of them, the head of the queue, may also show as a backend
+waiting for the lock on the server.
 
 Advisory locks taken with two int4 keys (pg_advisory_lock(int, int), a key
 space lockgen does not use) are listed after the others as int4(KEY1,KEY2);

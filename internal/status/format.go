@@ -24,7 +24,9 @@ const Empty = "no advisory locks held or awaited"
 // empty or unknown value. When a lock is a leadership (pgadvisory.Lead),
 // a last column LEADER shows it on the leader's row: "holder, term N,
 // since TIME" (UTC); a lease (pgadvisory.WithLease) has a line of its own,
-// MODE "lease" and no backend, whose LEADER adds ", expires TIME".
+// MODE "lease" and no backend, whose LEADER adds ", expires TIME". The
+// waiters of a lock in lockgen's queue have a line of their own, MODE
+// "queued" and no backend, whose STATE counts them: "3 queued (1 shared)".
 func WriteTable(w io.Writer, locks []Lock) error {
 	if len(locks) == 0 {
 		_, err := fmt.Fprintln(w, Empty)
@@ -43,8 +45,11 @@ func WriteTable(w io.Writer, locks []Lock) error {
 			age = FormatAge(l.XactAge)
 		}
 		state := stateText(l.Granted)
-		if l.Limited != nil {
+		switch {
+		case l.Limited != nil:
 			state = limitedText(l.Limited)
+		case l.Queue != nil:
+			state = queueText(l.Queue)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
 			cell(l.Label()), cell(paramsText(l.Params)), cell(l.Mode), state,
@@ -151,6 +156,13 @@ type JSONLock struct {
 	BlockedBy       []int             `json:"blocked_by"` // never null
 	Leader          *JSONLeader       `json:"leader"`     // null unless this row's backend leads the lock
 	Limit           *JSONLimit        `json:"limit"`      // null unless the line is a limited lock's (mode "limited")
+	Queue           *JSONQueue        `json:"queue"`      // null unless the line is a lock's queue (mode "queued")
+}
+
+// JSONQueue is the JSON form of a [Queue].
+type JSONQueue struct {
+	Waiting int `json:"waiting"`
+	Shared  int `json:"shared"`
 }
 
 // JSONLimit is the JSON form of a [Limited].
@@ -210,6 +222,9 @@ func ToJSON(l Lock) JSONLock {
 	}
 	if l.Limited != nil {
 		j.Limit = &JSONLimit{N: l.Limited.N, Held: l.Limited.Held, Waiting: l.Limited.Waiting}
+	}
+	if l.Queue != nil {
+		j.Queue = &JSONQueue{Waiting: l.Queue.Waiting, Shared: l.Queue.Shared}
 	}
 	if l.Leader != nil {
 		j.Leader = &JSONLeader{Holder: l.Leader.Holder, Term: l.Leader.Term, Since: l.Leader.Since.UTC()}

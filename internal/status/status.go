@@ -63,6 +63,10 @@ type Lock struct {
 	// Limited is set on the one line of a limited lock (Mode "limited"),
 	// which stands for the rows of its slots' keys; nil otherwise.
 	Limited *Limited
+
+	// Queue is set on the line of a lock's waiters in lockgen's queue
+	// (Mode "queued": they hold no connection, no backend); nil otherwise.
+	Queue *Queue
 }
 
 // Leadership is who leads a lock, as the status view reports it.
@@ -201,6 +205,10 @@ func Read(ctx context.Context, db *sql.DB, prefix string) (Snapshot, error) {
 			return Snapshot{}, err
 		}
 		named, err = addLeases(ctx, db, named, prefix)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		named, err = addQueues(ctx, db, named, prefix)
 		if err != nil {
 			return Snapshot{}, err
 		}

@@ -258,7 +258,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	require.ElementsMatch(t, []string{"lock_id", "name", "params", "mode", "state", "granted", "pid",
-		"application_name", "client_addr", "xact_start", "xact_age_seconds", "backend_state", "wait_event", "blocked_by", "int4_keys", "leader", "limit"}, keys)
+		"application_name", "client_addr", "xact_start", "xact_age_seconds", "backend_state", "wait_event", "blocked_by", "int4_keys", "leader", "limit", "queue"}, keys)
 	require.Equal(t, strconv.FormatInt(s.InstanceID, 10), generic[0]["lock_id"])
 	require.Equal(t, map[string]any{"tenant_id": keyspace.Int64Param(s.Tenant)}, generic[0]["params"])
 	require.Nil(t, generic[0]["xact_start"])
