@@ -18,9 +18,10 @@ package pgadvisory_test
 //     in a loop around Lead: release, the woken candidate's try statement
 //     (grant and term publish in one durable commit), fn.
 //   - lead_handoff_pgx_dedicated: lead_handoff_pgx on Lockers without
-//     shared session connections (WithSessionConns(0)), whose candidates
-//     wait in the server's queue on a connection of their own: today's
-//     election and resignation without lockgen's queue.
+//     shared session connections (WithSessionConns(0)) whose candidates
+//     wait in the server's queue on a connection of their own, as on a
+//     database without migration 00011 (ServerQueueForTest): election and
+//     resignation without lockgen's queue.
 //   - session_handoff_pgx: the same with RunSessionPgx (WithWait): the
 //     session-lock protocol's handoff without a term.
 //   - bare_handoff: two raw pgx connections, pg_advisory_unlock on one, the
@@ -74,6 +75,9 @@ func BenchmarkLeader(b *testing.B) {
 			var doors [2]frontdoor.Door
 			for i := range doors {
 				doors[i] = frontdoor.Open(b, drv, frontdoor.MaxConns(2)).WithLocker(opts...)
+				if len(opts) > 0 {
+					serverQueue(doors[i]) // today's election without lockgen's queue
+				}
 			}
 			benchHandoff(b, w, key, func(ctx context.Context, i int, hold func()) error {
 				return doors[i].Lead(ctx, pgadvisory.ID(key), func(context.Context, int64) error {

@@ -139,15 +139,17 @@ type callState struct {
 // lock free takes it, ahead of the queue. The timeout is the call's own
 // (its error carries no SQLSTATE), and a wait that ends without the lock
 // removes its row. [Locker.RunSession], [Locker.Lead] and
-// [Locker.Campaign] on one exclusive key wait the same way when the
-// Locker shares session connections ([WithSessionConns], 2 by default),
-// and take the lock on a shared connection when their turn comes.
+// [Locker.Campaign] on one exclusive key wait the same way, and take the
+// lock on a shared connection when their turn comes (on a connection of
+// their own with [WithSessionConns](0)).
 //
-// Every other waiting call waits in the server's lock queue, holding a
-// connection: the server enforces timeout as lock_timeout, set for the
-// lock statement only (fn's statements run under the caller's settings).
-// Several locks are taken in ascending ID order, so callers that wait for
-// overlapping sets cannot deadlock each other.
+// Every other waiting call (session-lock sets, shared session locks,
+// [Locker.LockTx], any call on a database without migration 00011) waits
+// in the server's lock queue, holding a connection: the server enforces
+// timeout as lock_timeout, set for the lock statement only (fn's
+// statements run under the caller's settings). Several locks are taken in
+// ascending ID order, so callers that wait for overlapping sets cannot
+// deadlock each other.
 //
 // The server's statement_timeout bounds every statement, the waiting one
 // too, and is armed when a statement starts, so only a statement before the

@@ -57,20 +57,38 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 		return c.failure(ctx, "begin", err)
 	}
 	start := time.Now()
-	conn, err := acquire(ctx)
-	if err != nil {
-		return c.failure(ctx, "begin", poolWaitError(ctx, err))
+	var conn sessionConn
+	if c.sessionQueued() {
+		// A waiting call on one exclusive key waits in lockgen's queue
+		// (session_queue_dedicated.go).
+		qc, _, fallback, err := c.queuedLockSession(ctx, acquire, start)
+		if err != nil {
+			return err
+		}
+		if fallback {
+			qc.release() // no queue in this database: the server's, below
+		} else {
+			conn = qc
+		}
 	}
-	s, err := c.openSession(ctx, conn)
-	if err != nil {
-		return err
-	}
-	if err := c.lockSession(ctx, conn, s, start); err != nil {
-		return err
+	if conn == nil {
+		var err error
+		if conn, err = acquire(ctx); err != nil {
+			return c.failure(ctx, "begin", poolWaitError(ctx, err))
+		}
+		s, err := c.openSession(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if err := c.lockSession(ctx, conn, s, start); err != nil {
+			return err
+		}
 	}
 	if c.onLocked != nil {
 		if err := c.onLocked(ctx, conn); err != nil {
-			if unreleased := c.releaseSession(ctx, conn); unreleased != nil {
+			unreleased := c.releaseSession(ctx, conn)
+			c.wakeQueued()
+			if unreleased != nil {
 				return fmt.Errorf("%w (and the release: %w)", err, unreleased)
 			}
 			return err
@@ -95,6 +113,7 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 		} else {
 			unreleased = c.releaseSession(ctx, conn)
 		}
+		c.wakeQueued()
 		if r := recover(); r != nil {
 			if obs := c.obs; obs != nil {
 				obs.held = time.Since(acquired)
@@ -140,6 +159,13 @@ type openedSession struct {
 // standby is refused, and a waiting call lifts statement_timeout where
 // that is safe. On error the connection has been released or discarded.
 func (c *callState) openSession(ctx context.Context, conn sessionConn) (openedSession, error) {
+	return c.openSessionFor(ctx, conn, c.wait)
+}
+
+// openSessionFor is openSession that lifts statement_timeout only when
+// lift is true: a lock statement that waits on the server needs it, a
+// try in lockgen's queue does not.
+func (c *callState) openSessionFor(ctx context.Context, conn sessionConn, lift bool) (openedSession, error) {
 	var s openedSession
 	announced, known := conn.announcedPID()
 	if !known {
@@ -147,7 +173,7 @@ func (c *callState) openSession(ctx context.Context, conn sessionConn) (openedSe
 	}
 	var standby bool
 	var previous sql.NullString
-	if err := conn.simpleQueryRow(ctx, sessionProbeSQL(announced, c.wait), &s.pid, &standby, &previous); err != nil {
+	if err := conn.simpleQueryRow(ctx, sessionProbeSQL(announced, lift), &s.pid, &standby, &previous); err != nil {
 		conn.discard()
 		return s, c.sessionFailure(ctx, "begin", err)
 	}
@@ -161,7 +187,7 @@ func (c *callState) openSession(ctx context.Context, conn sessionConn) (openedSe
 		conn.release() // nothing was lifted on a standby (see sessionProbeSQL)
 		return s, c.refusal(ctx, "begin", ErrStandby, nil)
 	}
-	if known && announced != uint32(s.pid) && c.wait {
+	if known && announced != uint32(s.pid) && lift {
 		// A declared session pooler: the server connection is this
 		// client's alone, so lifting statement_timeout cannot leak.
 		if err := conn.simpleQueryRow(ctx, liftStatementTimeoutSQL, &s.previous); err != nil {

@@ -48,9 +48,11 @@ import (
 // Locker's poll slots (poll_gate.go) stretch the heartbeats of many
 // waiters.
 
-// sessionQueued reports whether c, a session lock on a pool's shared
-// connections, waits in lockgen's queue: a waiting call on one exclusive
-// key, on a Locker whose database has the queue.
+// sessionQueued reports whether c, a session lock, waits in lockgen's
+// queue: a waiting call on one exclusive key, on a Locker whose database
+// has the queue. On a Locker with shared session connections it takes its
+// lock on one of them (queuedAcquire); on one without, on a connection of
+// its own (queuedLockSession, session_queue_dedicated.go).
 func (c *callState) sessionQueued() bool {
 	return c.wait && c.session && !c.shared && len(c.ids) == 1 && c.lim == nil &&
 		c.locker != nil && !c.locker.noQueue.Load()

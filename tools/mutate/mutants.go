@@ -459,6 +459,14 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^(TestQueuedSharedRunsTogether|TestWaitSharedQueued)$",
 	},
 	{
+		Name: "dedicated-session-waits-on-server", Area: "session",
+		File:    "pgadvisory/session.go",
+		Search:  "\tif c.sessionQueued() {\n\t\t// A waiting call on one exclusive key waits in lockgen's queue",
+		Replace: "\tif false {\n\t\t// A waiting call on one exclusive key waits in lockgen's queue",
+		Promise: "a waiting session lock of a Locker without shared session connections holds no connection while it waits",
+		Pkgs:    pgadvisory, Run: "^TestSessionDedicatedWaitHoldsNoConnection$",
+	},
+	{
 		Name: "set-wait-keeps-part", Area: "waiting",
 		File:    "migrations/00011_waiting.sql",
 		Search:  "                    v_wait := v_id;\n                    RAISE EXCEPTION USING ERRCODE = 'lock_not_available';",

@@ -1,0 +1,166 @@
+package pgadvisory
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Session-lock waiters of a Locker without shared session connections
+// (WithSessionConns(0)), in lockgen's queue too.
+//
+// Such a Locker takes each session lock on a connection of its own. A
+// waiting call on one exclusive key (RunSession with WithWait, Lead,
+// Campaign) does not wait on that connection in the server's queue: each
+// try takes a pool connection, checks it as any session lock's connection
+// is checked (a pooler, a standby; statement_timeout is not lifted, since
+// no statement waits), and runs the queued try statement of the shared
+// connections (sessionQueueTrySQL: wait_try, and pg_try_advisory_lock on
+// the same backend once wait_try granted). Not granted, the connection
+// goes back to the pool and the call sleeps until it is woken or its
+// heartbeat passes; granted, the connection is the lock's, as it would be
+// after a wait in the server's queue, and its release wakes the queue's
+// head (unlockSQL with queuedSession).
+
+// queuedLockSession takes c's lock through lockgen's queue on a connection
+// of its own from acquire; on success the lock is held on the returned
+// connection. A wait that ends without the lock leaves the queue. A
+// database without the queue makes the Locker wait in the server's queue
+// from then on: the connection is returned unlocked for lockSession
+// (fallback true).
+func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.Context) (sessionConn, error), start time.Time) (conn sessionConn, s openedSession, fallback bool, err error) {
+	q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds())}
+	if c.timeout > 0 {
+		q.deadline = start.Add(c.timeout)
+	}
+	var sub *waitSub
+	defer func() {
+		if sub != nil {
+			c.locker.waits.unsubscribe(sub)
+			c.locker.polls.exit()
+		}
+	}()
+	heartbeat := waitHeartbeat(c.locker.interval)
+	next := heartbeat
+	for {
+		conn, err := acquire(ctx)
+		if err != nil {
+			c.leaveQueueOn(ctx, acquire, q)
+			return nil, s, false, c.failure(ctx, "begin", poolWaitError(ctx, err))
+		}
+		s, err = c.openSessionFor(ctx, conn, false)
+		if err != nil {
+			c.leaveQueueOn(ctx, acquire, q)
+			return nil, s, false, err
+		}
+		granted, err := c.queueTryOn(ctx, conn, s, q)
+		if err != nil {
+			if !q.seq.Valid && noQueueSchema(err) {
+				// No queue in this database: wait in the server's. The try
+				// failed, so its transaction took nothing.
+				c.locker.noQueue.Store(true)
+				return conn, s, true, nil
+			}
+			c.leaveQueueOn(ctx, acquire, q)
+			return nil, s, false, err
+		}
+		if granted {
+			c.queuedSession = true
+			return conn, s, false, nil
+		}
+		conn.release()
+		if sub == nil {
+			sub = c.locker.waits.subscribe(c.ids, c.listen)
+			c.locker.polls.enter()
+		}
+		sub.seq.Store(q.seq.Int64)
+		sleep := next/2 + rand.N(next/2+1)
+		next = min(2*next, heartbeat)
+		woken, err := q.pause(ctx, c, sub, sleep)
+		if err != nil {
+			c.leaveQueueOn(ctx, acquire, q)
+			return nil, s, false, err
+		}
+		if woken {
+			next = time.Millisecond
+		}
+	}
+}
+
+// queueTryOn is one try of a queued session lock on conn, a connection of
+// its own (see queuedLockSession): granted, the lock is held on conn.
+// Not granted, q has the call's place. On error conn has been released
+// or discarded, except for a database without the queue (noQueueSchema),
+// when it is left as it was for the server's queue.
+func (c *callState) queueTryOn(ctx context.Context, conn sessionConn, s openedSession, q *queueState) (granted bool, err error) {
+	var ok, standby bool
+	var pid int32
+	var seq sql.NullInt64
+	var head sql.NullBool
+	var prev any
+	if q.seq.Valid {
+		prev = q.seq.Int64
+	}
+	args := []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), s.pid}
+	if err := conn.queryRow(ctx, sessionQueueTrySQL, args, &ok, &standby, &pid, &seq, &head); err != nil {
+		if !q.seq.Valid && noQueueSchema(err) {
+			return false, err
+		}
+		// The statement's transaction is rolled back: it took nothing,
+		// and the call's place is as it was.
+		conn.discard()
+		if pooled := pooledStatementError(err); pooled != nil {
+			return false, c.refusal(ctx, "lock", ErrTransactionPooler, pooled)
+		}
+		return false, c.failure(ctx, "lock", err)
+	}
+	switch {
+	case pid != s.pid:
+		// The pid guard kept pg_try_advisory_lock from running on
+		// another backend; wait_try's changes there are the queue's.
+		conn.discard()
+		if seq.Valid {
+			q.seq = seq
+		}
+		return false, c.refusal(ctx, "lock", ErrTransactionPooler, fmt.Errorf("backend changed from pid %d to %d", s.pid, pid))
+	case standby:
+		conn.release() // wait_try writes nothing on a standby
+		return false, c.refusal(ctx, "lock", ErrStandby, nil)
+	case ok:
+		if ctx.Err() != nil {
+			// Granted, but the caller gave up meanwhile: release at
+			// once, which wakes the head.
+			c.queuedSession = true
+			_ = c.releaseSession(ctx, conn)
+			c.wakeQueued()
+			return false, c.failure(ctx, "lock", ctx.Err())
+		}
+		return true, nil
+	}
+	q.seq, q.head = seq, head
+	return false, nil
+}
+
+// leaveQueueOn removes the call's place from the queue, if it has one, on
+// a connection from acquire, even when ctx is done (within the check
+// timeout); a failure leaves the place to expire.
+func (c *callState) leaveQueueOn(ctx context.Context, acquire func(context.Context) (sessionConn, error), q *queueState) {
+	if !q.seq.Valid {
+		return
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
+	defer cancel()
+	conn, err := acquire(lctx)
+	if err != nil {
+		return
+	}
+	var left bool
+	if err := conn.queryRow(lctx, waitLeaveSQL, []any{c.idsList(), q.seq.Int64}, &left); err != nil {
+		conn.discard()
+		return
+	}
+	conn.release()
+	q.seq.Valid = false
+}
