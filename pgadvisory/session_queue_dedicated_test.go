@@ -140,4 +140,3 @@ func TestSessionDedicatedLeadQueued(t *testing.T) {
 		})
 	}
 }
-
