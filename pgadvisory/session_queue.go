@@ -112,60 +112,90 @@ func queuedSessionListener(pool any) func(context.Context) (notifyConn, error) {
 	return nil
 }
 
+// sessionQueueWait is the part of a queued session lock's wait between
+// its tries, whatever connection it tries on: the call's place (q), and
+// its sleeps without a connection. A session lock is usually held long: a
+// waiter tries every heartbeat, and after a wake-up (which may come a
+// moment before the lock is free) from 1ms doubling back to the
+// heartbeat.
+type sessionQueueWait struct {
+	c         *callState
+	q         *queueState
+	sub       *waitSub
+	heartbeat time.Duration
+	next      time.Duration
+}
+
+// newSessionQueueWait starts c's wait at start (WithWait's timeout counts
+// from there); close ends it.
+func (c *callState) newSessionQueueWait(start time.Time) *sessionQueueWait {
+	q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds())}
+	if c.timeout > 0 {
+		q.deadline = start.Add(c.timeout)
+	}
+	hb := waitHeartbeat(c.locker.interval)
+	return &sessionQueueWait{c: c, q: q, heartbeat: hb, next: hb}
+}
+
+// pause sleeps until the call's next try: woken, at its poll, or with the
+// error that ends the wait (ctx, WithWait's timeout), after which the
+// caller leaves the queue.
+func (w *sessionQueueWait) pause(ctx context.Context) error {
+	c := w.c
+	if w.sub == nil {
+		w.sub = c.locker.waits.subscribe(c.ids, c.listen)
+		c.locker.polls.enter()
+	}
+	w.sub.seq.Store(w.q.seq.Int64)
+	sleep := w.next/2 + rand.N(w.next/2+1)
+	w.next = min(2*w.next, w.heartbeat)
+	woken, err := w.q.pause(ctx, c, w.sub, sleep)
+	if err != nil {
+		return err
+	}
+	if woken {
+		w.next = time.Millisecond
+	}
+	return nil
+}
+
+// close stops the call's wake-ups.
+func (w *sessionQueueWait) close() {
+	if w.sub != nil {
+		w.c.locker.waits.unsubscribe(w.sub)
+		w.c.locker.polls.exit()
+	}
+}
+
 // queuedAcquire takes l's lock through lockgen's queue: tries on a shared
 // connection, sleeping in between without a connection, until granted,
 // WithWait's timeout or ctx. A wait that ends without the lock leaves the
 // queue.
 func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.Time) (*sharedConn, error) {
 	c := l.c
-	q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds())}
-	if c.timeout > 0 {
-		q.deadline = start.Add(c.timeout)
-	}
-	var sub *waitSub
-	defer func() {
-		if sub != nil {
-			c.locker.waits.unsubscribe(sub)
-			c.locker.polls.exit()
-		}
-	}()
-	heartbeat := waitHeartbeat(c.locker.interval)
-	// A session lock is usually held long: a waiter tries every heartbeat,
-	// and after a wake-up (which may come a moment before the lock is
-	// free) from 1ms doubling back to the heartbeat.
-	next := heartbeat
+	w := c.newSessionQueueWait(start)
+	defer w.close()
 	for {
-		sc, granted, abandoned, err := p.queueTry(ctx, l, q)
+		sc, granted, abandoned, err := p.queueTry(ctx, l, w.q)
 		if abandoned {
 			return nil, err // the background gives back the lock and the place
 		}
 		if err != nil {
-			if !q.seq.Valid && noQueueSchema(err) {
+			if !w.q.seq.Valid && noQueueSchema(err) {
 				// No queue in this database: wait in the server's.
 				c.locker.noQueue.Store(true)
 				return p.acquire(ctx, l, start)
 			}
-			p.leaveQueue(ctx, l, q)
+			c.leaveQueueOn(ctx, l.open, w.q)
 			return nil, err
 		}
 		if granted {
 			c.queuedSession = true
 			return sc, nil
 		}
-		if sub == nil {
-			sub = c.locker.waits.subscribe(c.ids, c.listen)
-			c.locker.polls.enter()
-		}
-		sub.seq.Store(q.seq.Int64)
-		sleep := next/2 + rand.N(next/2+1)
-		next = min(2*next, heartbeat)
-		woken, err := q.pause(ctx, c, sub, sleep)
-		if err != nil {
-			p.leaveQueue(ctx, l, q)
+		if err := w.pause(ctx); err != nil {
+			c.leaveQueueOn(ctx, l.open, w.q)
 			return nil, err
-		}
-		if woken {
-			next = time.Millisecond
 		}
 	}
 }
@@ -348,17 +378,17 @@ func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueStat
 	return nil
 }
 
-// leaveQueue removes the call's row from the queue, if it joined, even
-// when ctx is done (on a pool connection, within the check timeout); a
-// failure leaves the row to expire.
-func (p *sessionPool) leaveQueue(ctx context.Context, l *muxLock, q *queueState) {
+// leaveQueueOn removes the call's place from the queue, if it has one, on
+// a pool connection from acquire (a shared connection's opener, or a
+// dedicated one's), even when ctx is done (within the check
+// timeout); a failure leaves the place to expire.
+func (c *callState) leaveQueueOn(ctx context.Context, acquire func(context.Context) (sessionConn, error), q *queueState) {
 	if !q.seq.Valid {
 		return
 	}
-	c := l.c
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
 	defer cancel()
-	conn, err := l.open(lctx)
+	conn, err := acquire(lctx)
 	if err != nil {
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"time"
 )
 
@@ -31,39 +30,28 @@ import (
 // from then on: the connection is returned unlocked for lockSession
 // (fallback true).
 func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.Context) (sessionConn, error), start time.Time) (conn sessionConn, s openedSession, fallback bool, err error) {
-	q := &queueState{ttlMS: max(1, waitTTL(c.locker.interval).Milliseconds())}
-	if c.timeout > 0 {
-		q.deadline = start.Add(c.timeout)
-	}
-	var sub *waitSub
-	defer func() {
-		if sub != nil {
-			c.locker.waits.unsubscribe(sub)
-			c.locker.polls.exit()
-		}
-	}()
-	heartbeat := waitHeartbeat(c.locker.interval)
-	next := heartbeat
+	w := c.newSessionQueueWait(start)
+	defer w.close()
 	for {
 		conn, err := acquire(ctx)
 		if err != nil {
-			c.leaveQueueOn(ctx, acquire, q)
+			c.leaveQueueOn(ctx, acquire, w.q)
 			return nil, s, false, c.failure(ctx, "begin", poolWaitError(ctx, err))
 		}
 		s, err = c.openSessionFor(ctx, conn, false)
 		if err != nil {
-			c.leaveQueueOn(ctx, acquire, q)
+			c.leaveQueueOn(ctx, acquire, w.q)
 			return nil, s, false, err
 		}
-		granted, err := c.queueTryOn(ctx, conn, s, q)
+		granted, err := c.queueTryOn(ctx, conn, s, w.q)
 		if err != nil {
-			if !q.seq.Valid && noQueueSchema(err) {
+			if !w.q.seq.Valid && noQueueSchema(err) {
 				// No queue in this database: wait in the server's. The try
 				// failed, so its transaction took nothing.
 				c.locker.noQueue.Store(true)
 				return conn, s, true, nil
 			}
-			c.leaveQueueOn(ctx, acquire, q)
+			c.leaveQueueOn(ctx, acquire, w.q)
 			return nil, s, false, err
 		}
 		if granted {
@@ -71,20 +59,9 @@ func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.
 			return conn, s, false, nil
 		}
 		conn.release()
-		if sub == nil {
-			sub = c.locker.waits.subscribe(c.ids, c.listen)
-			c.locker.polls.enter()
-		}
-		sub.seq.Store(q.seq.Int64)
-		sleep := next/2 + rand.N(next/2+1)
-		next = min(2*next, heartbeat)
-		woken, err := q.pause(ctx, c, sub, sleep)
-		if err != nil {
-			c.leaveQueueOn(ctx, acquire, q)
+		if err := w.pause(ctx); err != nil {
+			c.leaveQueueOn(ctx, acquire, w.q)
 			return nil, s, false, err
-		}
-		if woken {
-			next = time.Millisecond
 		}
 	}
 }
@@ -141,26 +118,4 @@ func (c *callState) queueTryOn(ctx context.Context, conn sessionConn, s openedSe
 	}
 	q.seq, q.head = seq, head
 	return false, nil
-}
-
-// leaveQueueOn removes the call's place from the queue, if it has one, on
-// a connection from acquire, even when ctx is done (within the check
-// timeout); a failure leaves the place to expire.
-func (c *callState) leaveQueueOn(ctx context.Context, acquire func(context.Context) (sessionConn, error), q *queueState) {
-	if !q.seq.Valid {
-		return
-	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.checkTimeout)
-	defer cancel()
-	conn, err := acquire(lctx)
-	if err != nil {
-		return
-	}
-	var left bool
-	if err := conn.queryRow(lctx, waitLeaveSQL, []any{c.idsList(), q.seq.Int64}, &left); err != nil {
-		conn.discard()
-		return
-	}
-	conn.release()
-	q.seq.Valid = false
 }

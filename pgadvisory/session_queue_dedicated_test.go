@@ -72,12 +72,8 @@ func TestSessionDedicatedWaitHoldsNoConnection(t *testing.T) {
 			for range waiters {
 				require.NoError(t, frontdoor.Await(t, done, "a waiter"))
 			}
-			want := make([]int, waiters)
-			for i := range want {
-				want[i] = i
-			}
 			mu.Lock()
-			require.Equal(t, want, slices.Clone(ran), "granted in arrival order")
+			require.Equal(t, arrivalOrder(waiters), slices.Clone(ran), "granted in arrival order")
 			mu.Unlock()
 			require.Zero(t, queueRows(t, admin, key), "the queue is empty")
 		})

@@ -60,6 +60,16 @@ func serverQueue(door frontdoor.Door) frontdoor.Door {
 	return door
 }
 
+// arrivalOrder is the order 0, 1, …, n-1 of n waiters started one after
+// the other.
+func arrivalOrder(n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	return order
+}
+
 // queueRows counts the rows of lockID's queue.
 func queueRows(t *testing.T, admin *sql.DB, lockID int64) int {
 	t.Helper()
@@ -185,10 +195,7 @@ func testWaitHoldsNoConnection(t *testing.T, admin *sql.DB, driver frontdoor.Dri
 	for range waiters {
 		require.NoError(t, frontdoor.Await(t, done, "a waiter"))
 	}
-	want := make([]int, waiters)
-	for i := range want {
-		want[i] = i
-	}
+	want := arrivalOrder(waiters)
 	require.Equal(t, want, order(), "granted in arrival order")
 	if fenced {
 		toks := tokens()
@@ -590,10 +597,7 @@ func testWaitOrderProcesses(t *testing.T, admin *sql.DB, fenced bool) {
 			}
 		}
 	}
-	want := make([]int, waiters)
-	for i := range want {
-		want[i] = i
-	}
+	want := arrivalOrder(waiters)
 	require.Equal(t, want, grantOrder(t, admin, lockID), "granted in arrival order across processes")
 	if toks := grantTokens(t, admin, lockID); fenced {
 		require.True(t, toks[0] > 0 && slices.IsSorted(toks) && len(slices.Compact(slices.Clone(toks))) == waiters,
