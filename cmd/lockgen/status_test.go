@@ -316,23 +316,23 @@ func TestStatusCommandShowsLeadership(t *testing.T) {
 	}()
 	term := frontdoor.Await(t, elected, "the election")
 	waiterCtx, stopWaiter := context.WithCancel(ctx)
-	// A candidate with a connection of its own waits in the server's queue
-	// (one on shared connections waits in lockgen's, not in pg_locks).
-	own, err := pgadvisory.New(pgadvisory.Stdlib(db), pgadvisory.WithSessionConns(0))
+	// A candidate waits in lockgen's queue, holding no connection: a line
+	// of its own, mode queued, no pid and no leader.
+	own, err := pgadvisory.New(pgadvisory.Stdlib(db))
 	require.NoError(t, err)
 	go func() {
 		waiterDone <- own.Lead(waiterCtx, pgadvisory.ID(key), func(context.Context, int64) error { return nil }, pgadvisory.WithHolder("scheduler-b"))
 	}()
 	require.Eventually(t, func() bool {
 		_, out, _ := lockgen("status", "-db", u)
-		return strings.Contains(out, "waiting")
+		return strings.Contains(out, "1 queued")
 	}, 30*time.Second, 20*time.Millisecond)
 
 	code, table, errOut := lockgen("status", "-db", u)
 	require.Equal(t, exitOK, code, errOut)
 	require.Regexp(t, `(?m)^NAME/KEY .* BLOCKED BY +LEADER$`, table)
 	require.Regexp(t, `(?m)^`+keyText+` +- +exclusive +granted +.* +scheduler-a, term `+strconv.FormatInt(term, 10)+`, since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, table)
-	require.Regexp(t, `(?m)^`+keyText+` +- +exclusive +waiting +.* +-$`, table, "a waiting candidate is no leader")
+	require.Regexp(t, `(?m)^`+keyText+` +- +queued +1 queued +- +- +- +- +- +- +-$`, table, "a waiting candidate is no leader")
 
 	code, out, errOut := lockgen("status", "-db", u, "-json")
 	require.Equal(t, exitOK, code, errOut)
