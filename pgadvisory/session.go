@@ -61,7 +61,7 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 	if c.sessionQueued() {
 		// A waiting call on one exclusive key waits in lockgen's queue
 		// (session_queue_dedicated.go).
-		qc, _, fallback, err := c.queuedLockSession(ctx, acquire, start)
+		qc, fallback, err := c.queuedLockSession(ctx, acquire, start)
 		if err != nil {
 			return err
 		}

@@ -27,21 +27,21 @@ import (
 // of its own from acquire; on success the lock is held on the returned
 // connection. A wait that ends without the lock leaves the queue. A
 // database without the queue makes the Locker wait in the server's queue
-// from then on: the connection is returned unlocked for lockSession
-// (fallback true).
-func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.Context) (sessionConn, error), start time.Time) (conn sessionConn, s openedSession, fallback bool, err error) {
+// from then on: the connection is returned unlocked (fallback true), for
+// the caller to give back before it waits there.
+func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.Context) (sessionConn, error), start time.Time) (conn sessionConn, fallback bool, err error) {
 	w := c.newSessionQueueWait(start)
 	defer w.close()
 	for {
 		conn, err := acquire(ctx)
 		if err != nil {
 			c.leaveQueueOn(ctx, acquire, w.q)
-			return nil, s, false, c.failure(ctx, "begin", poolWaitError(ctx, err))
+			return nil, false, c.failure(ctx, "begin", poolWaitError(ctx, err))
 		}
-		s, err = c.openSessionFor(ctx, conn, false)
+		s, err := c.openSessionFor(ctx, conn, false)
 		if err != nil {
 			c.leaveQueueOn(ctx, acquire, w.q)
-			return nil, s, false, err
+			return nil, false, err
 		}
 		granted, err := c.queueTryOn(ctx, conn, s, w.q)
 		if err != nil {
@@ -49,19 +49,19 @@ func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.
 				// No queue in this database: wait in the server's. The try
 				// failed, so its transaction took nothing.
 				c.locker.noQueue.Store(true)
-				return conn, s, true, nil
+				return conn, true, nil
 			}
 			c.leaveQueueOn(ctx, acquire, w.q)
-			return nil, s, false, err
+			return nil, false, err
 		}
 		if granted {
 			c.queuedSession = true
-			return conn, s, false, nil
+			return conn, false, nil
 		}
 		conn.release()
 		if err := w.pause(ctx); err != nil {
 			c.leaveQueueOn(ctx, acquire, w.q)
-			return nil, s, false, err
+			return nil, false, err
 		}
 	}
 }

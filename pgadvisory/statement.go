@@ -99,10 +99,7 @@ func (c *callState) idsArg() any {
 	if len(c.ids) == 1 {
 		return c.ids[0]
 	}
-	if c.idsText == "" {
-		c.idsText = arrayLiteral(c.ids)
-	}
-	return c.idsText
+	return c.idsList()
 }
 
 // idsList is the text of c's lock IDs as a PostgreSQL bigint array, also
