@@ -27,3 +27,7 @@ func PollBacklogForTest[TTx any](l *Locker[TTx], d time.Duration) {
 // PollWaitersForTest is the number of l's calls that poll through its
 // poll gate now.
 func PollWaitersForTest[TTx any](l *Locker[TTx]) int64 { return l.s.polls.waiters.Load() }
+
+// ListeningForTest reports whether l's waiters have a listening
+// connection now (they are woken by NOTIFY, not only by their polls).
+func ListeningForTest[TTx any](l *Locker[TTx]) bool { return l.s.waits.listening() }

@@ -234,11 +234,10 @@ func (l *Locker[TTx]) RunOnce(ctx context.Context, lock Lock, window string, fn 
 // the pool when the first lock needs it and given back as soon as it holds
 // no lock. A key held by another call of this Locker counts as held
 // elsewhere ([ErrLocked], or a wait with [WithWait]) before a lock
-// statement is sent. A waiting call ([WithWait]) on one exclusive key
-// waits in lockgen's queue without a connection and takes its lock on a
-// shared connection when its turn comes (see WithWait); a waiting set or
-// shared lock waits in the server's queue on a connection of its own,
-// which joins the shared ones once granted.
+// statement is sent. A waiting call ([WithWait]), on one lock or a set,
+// exclusive or shared, waits in lockgen's queue without a connection and
+// takes its locks on a shared connection when its turn comes (see
+// WithWait).
 //
 // fn gets a context that is canceled, with a cause wrapping
 // [ErrLockLost], as soon as a periodic check ([WithCheckInterval],

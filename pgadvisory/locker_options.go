@@ -20,11 +20,9 @@ type LockerOption func(*lockerState) error
 // and given back as soon as it holds no lock; locks are spread over the
 // connections, least-loaded first, and statements on one run one at a
 // time. n = 0 gives every call a connection of its own. A waiting call
-// ([WithWait], [Locker.Lead], [Locker.Campaign]) on one exclusive key waits
-// in lockgen's queue without a connection and takes its lock on a shared
-// connection; a waiting set or shared lock whose locks are contended waits
-// on a connection of its own, which joins the shared ones once granted:
-// while it waits, it needs one more connection of the pool. Negative n is
+// ([WithWait], [Locker.Lead], [Locker.Campaign]) waits in lockgen's queue
+// without a connection and takes its locks on a shared connection (on a
+// connection of its own with n = 0) when its turn comes. Negative n is
 // refused.
 func WithSessionConns(n int) LockerOption {
 	return func(s *lockerState) error {

@@ -138,13 +138,13 @@ type callState struct {
 // ([WithDefaultCheckInterval]). A call without WithWait that finds the
 // lock free takes it, ahead of the queue. The timeout is the call's own
 // (its error carries no SQLSTATE), and a wait that ends without the lock
-// removes its row. [Locker.RunSession], [Locker.Lead] and
-// [Locker.Campaign] on one exclusive key wait the same way, and take the
-// lock on a shared connection when their turn comes (on a connection of
-// their own with [WithSessionConns](0)).
+// removes its row. [Locker.RunSession] (on one lock or a set, exclusive
+// or shared), [Locker.Lead] and [Locker.Campaign] wait the same way, and
+// take their locks on a shared connection when their turn comes (on a
+// connection of their own with [WithSessionConns](0)).
 //
-// Every other waiting call (session-lock sets, shared session locks,
-// [Locker.LockTx], any call on a database without migration 00011) waits
+// Every other waiting call ([Locker.LockTx], any call on a database
+// without migration 00011) waits
 // in the server's lock queue, holding a connection: the server enforces
 // timeout as lock_timeout, set for the lock statement only (fn's
 // statements run under the caller's settings). Several locks are taken in

@@ -59,7 +59,7 @@ func runSessionLock(ctx context.Context, c *callState, acquire func(context.Cont
 	start := time.Now()
 	var conn sessionConn
 	if c.sessionQueued() {
-		// A waiting call on one exclusive key waits in lockgen's queue
+		// A waiting call waits in lockgen's queue
 		// (session_queue_dedicated.go).
 		qc, fallback, err := c.queuedLockSession(ctx, acquire, start)
 		if err != nil {

@@ -62,9 +62,9 @@ func runSessionMux(ctx context.Context, c *callState, p *sessionPool, open func(
 	return fn(workCtx)
 }
 
-// acquire takes l's locks. A waiting call on one exclusive key waits in
-// lockgen's queue instead (queuedAcquire, session_queue.go). Otherwise
-// they are tried on a shared connection
+// acquire takes l's locks. A waiting call waits in lockgen's queue
+// (queuedAcquire, session_queue.go), unless its database has none or it
+// is a limited one. Otherwise they are tried on a shared connection
 // (pg_try_advisory_lock) unless another call of this process holds one of
 // the keys; locks contended there or on the server return ErrLocked, or
 // with WithWait wait on a connection of their own, which joins the shared

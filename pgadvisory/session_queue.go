@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 
 // Session-lock waiters in lockgen's queue (migrations/00011_waiting.sql).
 //
-// A waiting session lock on one exclusive key taken on the shared
-// connections (RunSession with WithWait, Lead, Campaign) does not wait in
+// A waiting session lock taken on the shared connections (RunSession with
+// WithWait, exclusive or shared, on one lock or a set; Lead, Campaign)
+// does not wait in
 // the server's lock queue on a connection of its own: it waits the way a
 // waiting transaction lock does (wait_queue.go), as a row of
 // pgadvisory.waiter, holding no connection, and takes its lock on a
@@ -23,25 +25,32 @@ import (
 // leadership's, lives on the shared connections, and a pool smaller than
 // the waiters does not keep anyone waiting for a connection.
 //
-// Each try is one statement on a shared connection (sessionQueueTrySQL):
-// wait_try, which takes the lock as a transaction lock for the head of the
-// queue (or for a first try when nobody is queued) and otherwise joins or
-// refreshes the call's row, and then, only when wait_try granted it,
-// pg_try_advisory_lock of the same key on the same backend, which cannot
-// fail: the statement's transaction, ending at once, gives up the
-// transaction lock and keeps the session lock. A first try is thus one
-// statement, as a try that does not wait. A leadership's try also elects
-// once granted (sessionQueueLeadSQL), in the same statement and commit.
+// Each try is one statement on a shared connection (sessionQueueTry):
+// wait_try, which takes the locks as transaction locks for the head of
+// their queues (or for a first try when nobody is queued), all or none,
+// and otherwise joins or refreshes the call's rows, and then, only when
+// wait_try granted them, pg_try_advisory_lock (or _shared) of the same
+// keys on the same backend, which cannot fail: a backend re-entering a
+// lock it holds in the same mode is granted it at once. The statement's
+// transaction, ending at once, gives up the transaction locks and keeps
+// the session locks. A first try is thus one statement, as a try that
+// does not wait. A leadership's try also elects once granted
+// (sessionQueueLeadSQL), in the same statement and commit.
 //
-// A key that another call of this Locker holds or is taking (the key
-// table) is not tried on a shared connection, which may be the backend
-// holding it (advisory locks are re-entrant per backend): the call's row
-// is joined or refreshed instead on a pool connection, in a transaction
-// rolled back if wait_try found the lock free there (sessionQueueRefresh).
+// A key that another call of this Locker holds or is taking in a mode
+// that conflicts (the key table) is not tried on a shared connection,
+// which may be the backend holding it (advisory locks are re-entrant per
+// backend): the call's rows are joined or refreshed instead on a pool
+// connection, in a transaction rolled back if wait_try found the locks
+// free there (queueRefresh).
 //
-// The release of a lock taken so NOTIFYs the head of the queue in its
-// unlock statement (sessionUnlockWakeSQL), and wakes the Locker's own
-// waiters for the key. Waiters that are not woken try every heartbeat of
+// The release of locks taken so NOTIFYs the head of each lock's queue in
+// its unlock statement (sessionUnlockWakeSQL; after a shared hold, the
+// first exclusive waiter, as wait_wake does), and wakes the Locker's own
+// waiters for the keys. A shared call, once granted, wakes its Locker's
+// other waiters for its keys, so that the shared ones behind it share
+// the lock (a NOTIFY that names another process's waiter wakes every
+// waiter of the lock in this one). Waiters that are not woken try every heartbeat of
 // the Locker's check interval, the head too, since a session lock is
 // usually held long (a leadership): a holder that died is noticed within
 // one heartbeat of the server's releasing its locks, or later when the
@@ -49,28 +58,64 @@ import (
 // waiters.
 
 // sessionQueued reports whether c, a session lock, waits in lockgen's
-// queue: a waiting call on one exclusive key, on a Locker whose database
+// queue: a waiting call (not a limited one), on a Locker whose database
 // has the queue. On a Locker with shared session connections it takes its
 // lock on one of them (queuedAcquire); on one without, on a connection of
 // its own (queuedLockSession, session_queue_dedicated.go).
 func (c *callState) sessionQueued() bool {
-	return c.wait && c.session && !c.shared && len(c.ids) == 1 && c.lim == nil &&
-		c.locker != nil && !c.locker.noQueue.Load()
+	return c.wait && c.session && c.lim == nil && c.locker != nil && !c.locker.noQueue.Load()
 }
 
-// sessionQueueTrySQL is a queued session lock's try on a shared
-// connection: the try statement's columns (granted, standby, pid, guarded
-// by the pid in $4; see lockSQL) and wait_try's place and head. CASE, not
-// AND, makes pg_try_advisory_lock run only after wait_try granted.
-// wait_try sends no NOTIFY for the next waiter (p_wake false): the
-// statement's transaction commits at once, while the session lock stays
-// held until sessionUnlockWakeSQL notifies the next waiter.
-const sessionQueueTrySQL = `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) $4::pg_catalog.int4 THEN ` +
-	`CASE WHEN g.granted THEN pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8) ELSE false END END, false), ` +
-	`pg_catalog.pg_is_in_recovery(), pg_catalog.pg_backend_pid(), g.seq, g.head ` +
-	`FROM pgadvisory.wait_try(ARRAY[$1::pg_catalog.int8], $2::pg_catalog.int8, $3::pg_catalog.int8, 0, false) AS g`
+// sessionQueueTry is a queued session lock's try statement on its
+// connection, for a set (several IDs) or one lock, shared or exclusive:
+// the try statement's columns (granted, standby, pid, guarded by the pid
+// in $4; see lockSQL) and wait_try's place and head. $1 is the lock's ID,
+// or for a set the IDs' array text (callState.idsList). CASE, not AND,
+// makes the session locks be taken only after wait_try granted; bool_and
+// takes every one of a set's (an aggregate reads all its rows). wait_try
+// sends no NOTIFY for the next waiter (p_wake false): the statement's
+// transaction commits at once, while the session locks stay held until
+// sessionUnlockWakeSQL notifies the next waiters.
+func sessionQueueTry(set, shared bool) string {
+	take, ids := "pg_catalog.pg_try_advisory_lock", "ARRAY[$1::pg_catalog.int8]"
+	if shared {
+		take += "_shared"
+	}
+	if set {
+		ids = "$1::pg_catalog.text::pg_catalog.int8[]"
+		take = "(SELECT pg_catalog.bool_and(" + take + "(u.id)) FROM pg_catalog.unnest(" + ids + ") AS u(id))"
+	} else {
+		take += "($1::pg_catalog.int8)"
+	}
+	return `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) $4::pg_catalog.int4 THEN ` +
+		`CASE WHEN g.granted THEN ` + take + ` ELSE false END END, false), ` +
+		`pg_catalog.pg_is_in_recovery(), pg_catalog.pg_backend_pid(), g.seq, g.head ` +
+		`FROM pgadvisory.wait_try(` + ids + `, $2::pg_catalog.int8, $3::pg_catalog.int8, 0, false, ` + strconv.FormatBool(shared) + `) AS g`
+}
 
-// sessionQueueLeadSQL is a queued leadership's try: sessionQueueTrySQL,
+// sessionQueueTries are sessionQueueTry's statements, by [set][shared].
+var sessionQueueTries = [2][2]string{
+	{sessionQueueTry(false, false), sessionQueueTry(false, true)},
+	{sessionQueueTry(true, false), sessionQueueTry(true, true)},
+}
+
+// sessionQueueTrySQL is c's queued try statement and its first argument.
+func (c *callState) sessionQueueTrySQL() (string, any) {
+	if len(c.ids) == 1 {
+		return sessionQueueTries[0][b2i(c.shared)], c.ids[0]
+	}
+	return sessionQueueTries[1][b2i(c.shared)], c.idsList()
+}
+
+// b2i is 1 for true.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sessionQueueLeadSQL is a queued leadership's try: sessionQueueTry's,
 // and once it granted, the election (electSQL's leader_elect) in the same
 // statement, whose durable commit is then the try's. $5 is the holder and
 // $6 the lock_timeout of the election's wait for writers of the previous
@@ -80,23 +125,44 @@ const sessionQueueTrySQL = `SELECT COALESCE(CASE WHEN pg_catalog.pg_backend_pid(
 // session lock is held (a session lock outlives the statement's
 // transaction), while the rest of the try (wait_try's grant, the removal
 // of the call's queue row) is rolled back; see electedInTry.
-const sessionQueueLeadSQL = `SELECT t.ok, t.standby, t.pid, t.seq, t.head, ` +
+var sessionQueueLeadSQL = `SELECT t.ok, t.standby, t.pid, t.seq, t.head, ` +
 	`(SELECT e.term FROM pgadvisory.leader_elect($1::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.text) AS e WHERE t.ok) ` +
-	`FROM (` + sessionQueueTrySQL + ` OFFSET 0) AS t(ok, standby, pid, seq, head)`
+	`FROM (` + sessionQueueTries[0][0] + ` OFFSET 0) AS t(ok, standby, pid, seq, head)`
 
-// sessionWakeSQL notifies the head of lock $1's queue, if any: the
-// wake-up that a queued session lock's release sends.
-const sessionWakeSQL = `SELECT pg_catalog.count(pg_catalog.pg_notify('` + waitChannel + `', ` +
-	`$1::pg_catalog.int8::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) h.seq::pg_catalog.text)) ` +
-	`FROM (SELECT w.seq FROM pgadvisory.waiter AS w WHERE w.lock_id OPERATOR(pg_catalog.=) $1::pg_catalog.int8 ` +
-	`AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() ORDER BY w.seq LIMIT 1) AS h`
+// sessionWake is the wake-up that a queued session lock's release sends:
+// a NOTIFY naming the head of the queue of lock $1 (for a set, of each
+// lock of the array text $1), if any; after a shared hold, the first
+// exclusive waiter, as wait_wake names it (shared ones may take the lock
+// already).
+func sessionWake(set, shared bool) string {
+	mode := ""
+	if shared {
+		mode = "AND NOT w.shared "
+	}
+	notify := `SELECT pg_catalog.count(pg_catalog.pg_notify('` + waitChannel + `', ` +
+		`h.lock_id::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) h.seq::pg_catalog.text)) `
+	live := `AND w.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() ` + mode
+	if !set {
+		return notify + `FROM (SELECT w.lock_id, w.seq FROM pgadvisory.waiter AS w ` +
+			`WHERE w.lock_id OPERATOR(pg_catalog.=) $1::pg_catalog.int8 ` + live + `ORDER BY w.seq LIMIT 1) AS h`
+	}
+	return notify + `FROM (SELECT DISTINCT ON (w.lock_id) w.lock_id, w.seq FROM pgadvisory.waiter AS w ` +
+		`WHERE w.lock_id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text::pg_catalog.int8[]) ` + live +
+		`ORDER BY w.lock_id, w.seq) AS h`
+}
 
-// sessionUnlockWakeSQL is unlock, a single lock's unlock statement whose
-// first parameter is the lock ID, that also wakes the head of the lock's
-// queue (delivered when the statement's transaction commits, after the
-// unlock).
-func sessionUnlockWakeSQL(unlock string) string {
-	return "SELECT u.n FROM (" + unlock + " OFFSET 0) AS u(n), (" + sessionWakeSQL + ") AS woke"
+// sessionWakes are sessionWake's statements, by [set][shared].
+var sessionWakes = [2][2]string{
+	{sessionWake(false, false), sessionWake(false, true)},
+	{sessionWake(true, false), sessionWake(true, true)},
+}
+
+// sessionUnlockWakeSQL is unlock, c's unlock statement (its first
+// parameter is the lock's ID, or a set's array text), that also wakes the
+// head of each lock's queue (delivered when the statement's transaction
+// commits, after the unlock).
+func (c *callState) sessionUnlockWakeSQL(unlock string) string {
+	return "SELECT u.n FROM (" + unlock + " OFFSET 0) AS u(n), (" + sessionWakes[b2i(len(c.ids) > 1)][b2i(c.shared)] + ") AS woke"
 }
 
 // queuedSessionListener is the listening connection of the queued
@@ -191,6 +257,7 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 		}
 		if granted {
 			c.queuedSession = true
+			c.grantedQueued()
 			return sc, nil
 		}
 		if err := w.pause(ctx); err != nil {
@@ -224,7 +291,8 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	if q.seq.Valid {
 		prev = q.seq.Int64
 	}
-	query, args := sessionQueueTrySQL, []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), sc.pid}
+	query, first := c.sessionQueueTrySQL()
+	args := []any{first, prev, q.rowTTL(&c.locker.polls), sc.pid}
 	dest := []any{&ok, &standby, &pid, &seq, &head}
 	if c.lead {
 		query = sessionQueueLeadSQL
@@ -356,7 +424,7 @@ func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueStat
 		conn.discard()
 		return c.failure(ctx, "lock", err)
 	}
-	if err := conn.queryRow(ctx, waitTrySQL, []any{c.idsList(), prev, q.rowTTL(&c.locker.polls), int64(0), false}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
+	if err := conn.queryRow(ctx, waitTrySQL, []any{c.idsList(), prev, q.rowTTL(&c.locker.polls), int64(0), c.shared}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
 		conn.discard() // the server rolls the transaction back
 		return c.failure(ctx, "lock", err)
 	}
@@ -401,11 +469,21 @@ func (c *callState) leaveQueueOn(ctx context.Context, acquire func(context.Conte
 	q.seq.Valid = false
 }
 
-// wakeQueued wakes the Locker's own waiters for c's key once c, taken
-// through the queue, has released it: those of this process try at once,
-// without waiting for the NOTIFY's round trip through the server.
+// wakeQueued wakes the Locker's own waiters for c's keys once c, taken
+// through the queue, has released them: those of this process try at
+// once, without waiting for the NOTIFY's round trip through the server.
 func (c *callState) wakeQueued() {
 	if c.queuedSession {
-		c.locker.waits.wake(c.ids[0], 0, false)
+		c.locker.waits.wakeAll(c.ids)
+	}
+}
+
+// grantedQueued is what a queued session lock does once granted: a shared
+// one wakes the Locker's other waiters for its keys, since the shared ones
+// among them may take the lock too (the NOTIFY of the release that let
+// it in named it alone).
+func (c *callState) grantedQueued() {
+	if c.shared {
+		c.locker.waits.wakeAll(c.ids)
 	}
 }

@@ -11,12 +11,12 @@ import (
 // (WithSessionConns(0)), in lockgen's queue too.
 //
 // Such a Locker takes each session lock on a connection of its own. A
-// waiting call on one exclusive key (RunSession with WithWait, Lead,
+// waiting call (RunSession with WithWait, on a set or shared too; Lead,
 // Campaign) does not wait on that connection in the server's queue: each
 // try takes a pool connection, checks it as any session lock's connection
 // is checked (a pooler, a standby; statement_timeout is not lifted, since
 // no statement waits), and runs the queued try statement of the shared
-// connections (sessionQueueTrySQL: wait_try, and pg_try_advisory_lock on
+// connections (sessionQueueTry: wait_try, and pg_try_advisory_lock on
 // the same backend once wait_try granted). Not granted, the connection
 // goes back to the pool and the call sleeps until it is woken or its
 // heartbeat passes; granted, the connection is the lock's, as it would be
@@ -56,6 +56,7 @@ func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.
 		}
 		if granted {
 			c.queuedSession = true
+			c.grantedQueued()
 			return conn, false, nil
 		}
 		conn.release()
@@ -80,8 +81,9 @@ func (c *callState) queueTryOn(ctx context.Context, conn sessionConn, s openedSe
 	if q.seq.Valid {
 		prev = q.seq.Int64
 	}
-	args := []any{c.ids[0], prev, q.rowTTL(&c.locker.polls), s.pid}
-	if err := conn.queryRow(ctx, sessionQueueTrySQL, args, &ok, &standby, &pid, &seq, &head); err != nil {
+	query, first := c.sessionQueueTrySQL()
+	args := []any{first, prev, q.rowTTL(&c.locker.polls), s.pid}
+	if err := conn.queryRow(ctx, query, args, &ok, &standby, &pid, &seq, &head); err != nil {
 		if !q.seq.Valid && noQueueSchema(err) {
 			return false, err
 		}

@@ -268,15 +268,15 @@ func requireSessionFree(t *testing.T, e *sessionPools, other frontdoor.Door, key
 }
 
 // TestSessionFullPoolUsesASharedConnection: a pool of 2 connections, one
-// holding a session lock on a shared connection and one waiting for the
-// same key on a connection of its own (a shared lock: an exclusive
-// waiter waits in lockgen's queue, holding no connection, which this
-// checks first). A non-waiting RunSession on a free
-// key must run on the open shared connection instead of waiting for a pool
-// connection (it hung until its ctx ended). The control: a Locker whose
-// session locks each take a connection of their own (WithSessionConns(0))
-// has to wait for the full pool, and its ctx error says that it waited for
-// a pool connection.
+// holding a session lock on a shared connection, two calls waiting for the
+// same key (exclusive and shared: both wait in lockgen's queue, holding no
+// connection, which this checks first), and the other connection taken by
+// the application. A non-waiting RunSession on a free key must run on the
+// open shared connection instead of waiting for a pool connection (it
+// hung until its ctx ended). The control: a Locker whose session locks
+// each take a connection of their own (WithSessionConns(0)) has to wait
+// for the full pool, and its ctx error says that it waited for a pool
+// connection.
 func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
 	ctx := testdb.Context(t)
 	admin := migrated.DB(t)
@@ -309,8 +309,14 @@ func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
 	go func() {
 		waiter <- l.RunSession(ctx, pgadvisory.ID(holdKey), func(context.Context) error { return nil }, pgadvisory.WithWait(0), pgadvisory.WithShared())
 	}()
-	require.Eventually(t, func() bool { return witness.Of(admin).Locks(t, false, holdKey) == 1 }, 20*time.Second, 10*time.Millisecond,
-		"the shared waiter waits in the server's queue on a connection of its own")
+	require.Eventually(t, func() bool { return queueRows(t, admin, holdKey) == 2 }, 20*time.Second, 10*time.Millisecond,
+		"the shared waiter is queued")
+	require.Eventually(t, func() bool { return db.Stats().InUse == 1 }, 20*time.Second, time.Millisecond,
+		"the queued waiters hold no connection")
+	require.Zero(t, witness.Of(admin).Locks(t, false, holdKey), "nobody waits in the server's queue")
+	app, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer app.Close()
 	require.Equal(t, 2, db.Stats().InUse, "the reproduction: the pool is full")
 
 	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -328,6 +334,7 @@ func TestSessionFullPoolUsesASharedConnection(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "control: a connection of its own waits for the full pool")
 	require.ErrorContains(t, err, "waiting for a connection from the pool")
 
+	require.NoError(t, app.Close())
 	close(release)
 	require.NoError(t, frontdoor.Await(t, holder, "the holder's return"))
 	require.NoError(t, frontdoor.Await(t, waiter, "the waiter's return"))

@@ -19,7 +19,7 @@ func (c *callState) unlockSQL() (string, []any) {
 	query, args := c.unlockOnlySQL()
 	if c.queuedSession {
 		// Taken through lockgen's queue: wake its head (session_queue.go).
-		return sessionUnlockWakeSQL(query), args
+		return c.sessionUnlockWakeSQL(query), args
 	}
 	return query, args
 }

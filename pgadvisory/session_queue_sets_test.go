@@ -1,0 +1,290 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
+	"github.com/lockgen/lockgen/internal/testkit/migrated"
+	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/witness"
+	"github.com/lockgen/lockgen/pgadvisory"
+)
+
+// sessionQueueConns are the two kinds of session-lock Lockers whose
+// waiting calls queue: with shared session connections (the default) and
+// with a connection of their own per lock (WithSessionConns(0)).
+var sessionQueueConns = map[string][]pgadvisory.LockerOption{
+	"shared-conns": nil,
+	"own-conns":    {pgadvisory.WithSessionConns(0)},
+}
+
+// sessionSetModes are the kinds of session-lock calls on sets the queue
+// tests run: all exclusive, all shared, and shared ones between exclusive
+// ones (odd calls shared).
+var sessionSetModes = []string{"plain", "shared", "mixed"}
+
+// sessionSetCall is RunSession on set[0] with WithLocks(set[1:]...),
+// WithWait(0), and WithShared when shared.
+func sessionSetCall(ctx context.Context, door frontdoor.Door, set []int64, shared bool, fn func(context.Context) error, opts ...pgadvisory.Option) error {
+	opts = append(opts, pgadvisory.WithLocks(set[1:]...))
+	if shared {
+		opts = append(opts, pgadvisory.WithShared())
+	}
+	return door.RunSession(ctx, pgadvisory.ID(set[0]), fn, opts...)
+}
+
+// TestSessionWaitSetsQueued: session locks on sets (RunSession with
+// WithLocks and WithWait), exclusive, shared and the two mixed, wait in
+// lockgen's queue as transaction locks do, on a Locker with shared
+// session connections and on one without: locks A, B and C are held
+// elsewhere; 10 calls on overlapping sets, in both orders of their IDs,
+// join one at a time on a Locker whose pool has 4 connections. While all
+// wait, the queues hold one row per lock of each call, the server shows
+// at most 5 connections of the Locker and none waiting for a lock.
+// Released, every call runs, none while another holds one of its locks
+// unless both are shared, each after every earlier call that shares a
+// lock with it ended unless both are shared, and shared calls held a
+// lock together; every lock of a set is held by one backend while fn
+// runs. The queues are empty afterwards.
+func TestSessionWaitSetsQueued(t *testing.T) {
+	admin := migrated.DB(t)
+	for conns, lopts := range sessionQueueConns {
+		for _, mode := range sessionSetModes {
+			for _, driver := range frontdoor.Drivers {
+				t.Run(fmt.Sprintf("%s/%s/%s", conns, mode, driver), func(t *testing.T) {
+					testSessionWaitSetsQueued(t, admin, driver, mode, lopts)
+				})
+			}
+		}
+	}
+}
+
+func testSessionWaitSetsQueued(t *testing.T, admin *sql.DB, driver frontdoor.Driver, mode string, lopts []pgadvisory.LockerOption) {
+	ctx := testdb.Context(t)
+	a, b, c := testdb.Key(t), testdb.Key(t), testdb.Key(t)
+	app := fmt.Sprintf("sessionsets_%d", a)
+	door := queueDoor(t, driver, app, 4, append([]pgadvisory.LockerOption{orderInterval}, lopts...)...)
+	releases := []func(){holdSession(t, admin, a), holdSession(t, admin, b), holdSession(t, admin, c)}
+	w := witness.Of(admin)
+
+	sets := [][]int64{{a, b}, {b, a}, {a}, {c, b}, {b}, {a, b, c}, {c}, {a, c}, {b, c}, {a}}
+	run := newSetRun(sets)
+	run.shared = make([]bool, len(sets))
+	for i := range sets {
+		run.shared[i] = mode == "shared" || mode == "mixed" && i%2 == 1
+	}
+	done := make(chan error, len(sets))
+	rows := 0
+	for i, set := range sets {
+		fn := run.sessionFn(i, 30*time.Millisecond)
+		go func() {
+			done <- sessionSetCall(ctx, door, set, run.shared[i], func(ctx context.Context) error {
+				if held := w.Locks(t, true, set...); held < len(set) {
+					return fmt.Errorf("call %d %v: %d of its locks held while fn runs", i, set, held)
+				}
+				return fn(ctx)
+			}, pgadvisory.WithWait(0))
+		}()
+		rows += len(set)
+		require.Eventually(t, func() bool { return setRows(t, admin, a, b, c) == rows }, 30*time.Second, 2*time.Millisecond, "call %d %v queued", i, set)
+	}
+	most := requireQueuedConns(t, admin, app, 5)
+	require.Zero(t, w.Locks(t, false, a, b, c), "no call waits in the server's queue")
+	t.Logf("%d session calls on sets queued (%d rows); the Locker had at most %d connections on the server", len(sets), rows, most)
+
+	for _, release := range releases {
+		release()
+	}
+	for range sets {
+		require.NoError(t, frontdoor.Await(t, done, "a call on a set"))
+	}
+	run.requireArrivalOrder(t)
+	if mode == "shared" {
+		run.mu.Lock()
+		require.NotZero(t, run.together, "shared calls held a lock together")
+		run.mu.Unlock()
+	}
+	require.Zero(t, setRows(t, admin, a, b, c), "the queues are empty")
+	require.Zero(t, w.Locks(t, true, a, b, c), "nothing stays held")
+}
+
+// TestSessionWaitSetsCanceledLeavesNothing: a queued session-lock call on
+// a set whose ctx ends removes its rows from every queue it joined; one
+// whose WithWait timeout passes returns ErrLockTimeout and removes them
+// too. While it waits for B (held elsewhere) it holds none of its locks:
+// A is free for a call that does not wait. Once B is free the set is
+// granted. Exclusive and shared, with and without shared session
+// connections.
+func TestSessionWaitSetsCanceledLeavesNothing(t *testing.T) {
+	admin := migrated.DB(t)
+	for conns, lopts := range sessionQueueConns {
+		for _, shared := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/shared=%v", conns, shared), func(t *testing.T) {
+				frontdoor.ForEach(t, func(t *testing.T, door frontdoor.Door) {
+					ctx := testdb.Context(t)
+					a, b := testdb.Key(t), testdb.Key(t)
+					release := holdSession(t, admin, b)
+					fn := func(context.Context) error { return nil }
+
+					cctx, cancel := context.WithCancel(ctx)
+					done := make(chan error, 1)
+					go func() { done <- sessionSetCall(cctx, door, []int64{a, b}, shared, fn, pgadvisory.WithWait(0)) }()
+					require.Eventually(t, func() bool { return setRows(t, admin, a, b) == 2 }, 30*time.Second, 2*time.Millisecond, "queued")
+					require.NoError(t, door.RunExclusive(ctx, a, func(frontdoor.Tx) error { return nil }), "the waiting set keeps none of its locks")
+					cancel()
+					require.ErrorIs(t, frontdoor.Await(t, done, "the canceled waiter"), context.Canceled)
+					require.Zero(t, setRows(t, admin, a, b), "a canceled waiter leaves no row")
+
+					err := sessionSetCall(ctx, door, []int64{a, b}, shared, fn, pgadvisory.WithWait(300*time.Millisecond))
+					require.ErrorIs(t, err, pgadvisory.ErrLockTimeout)
+					require.Zero(t, setRows(t, admin, a, b), "a timed-out waiter leaves no row")
+					release()
+					require.NoError(t, sessionSetCall(ctx, door, []int64{a, b}, shared, fn, pgadvisory.WithWait(0)))
+					require.Zero(t, witness.Of(admin).Locks(t, true, a, b), "nothing stays held")
+				}, frontdoor.Locker(lopts...))
+			})
+		}
+	}
+}
+
+// TestSessionQueuedSetAndSharedWakes: the wake-ups of session locks on
+// sets and shared ones, each waiter in another Locker than the holder, on
+// Lockers whose waiters do not poll (a check interval of an hour, and the
+// next poll slot an hour away once all are queued and their Lockers
+// listen), so that only the server's NOTIFY and the waiters' own Locker
+// can wake them.
+//   - A set {K1, K2} taken through the queue is released: a waiter on K2
+//     alone and one on K1 alone both run (the release names the head of
+//     each lock's queue, not of the first one only).
+//   - An exclusive holder taken through the queue is released with three
+//     shared waiters behind it, two in one Locker and one in another: the
+//     release names the first; its Locker's other waiter is woken by its
+//     grant, the other Locker's by the NOTIFY naming a waiter not its own.
+//     All three hold the lock together.
+//
+// With and without shared session connections.
+func TestSessionQueuedSetAndSharedWakes(t *testing.T) {
+	admin := migrated.DB(t)
+	slow := pgadvisory.WithDefaultCheckInterval(time.Hour) // no polls
+	for conns, lopts := range sessionQueueConns {
+		t.Run(conns, func(t *testing.T) {
+			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+				ctx := testdb.Context(t)
+				open := func() frontdoor.Door {
+					return frontdoor.Open(t, drv, frontdoor.Locker(append([]pgadvisory.LockerOption{slow}, lopts...)...))
+				}
+				holder, b, c := open(), open(), open()
+				k1, k2 := testdb.Key(t), testdb.Key(t)
+
+				t.Run("set", func(t *testing.T) {
+					in, out := make(chan struct{}), make(chan struct{})
+					held := make(chan error, 1)
+					go func() {
+						held <- sessionSetCall(ctx, holder, []int64{k1, k2}, false, func(context.Context) error { close(in); <-out; return nil }, pgadvisory.WithWait(0))
+					}()
+					frontdoor.Await(t, in, "the set's holder")
+					ran := make(chan int64, 2)
+					ends := make(chan error, 2)
+					for _, k := range []struct {
+						door frontdoor.Door
+						id   int64
+					}{{b, k2}, {c, k1}} {
+						go func() {
+							ends <- k.door.RunSession(ctx, pgadvisory.ID(k.id), func(context.Context) error { ran <- k.id; return nil }, pgadvisory.WithWait(0))
+						}()
+					}
+					require.Eventually(t, func() bool { return setRows(t, admin, k1, k2) == 2 && listening(b) && listening(c) }, 10*time.Second, 5*time.Millisecond)
+					noPolls(b, c)
+					close(out)
+					require.NoError(t, frontdoor.Await(t, held, "the set's release"))
+					got := map[int64]bool{}
+					for range 2 {
+						select {
+						case id := <-ran:
+							got[id] = true
+						case <-time.After(10 * time.Second):
+							t.Fatalf("a waiter was not woken by the set's release (woken: %v)", got)
+						}
+					}
+					for range 2 {
+						require.NoError(t, frontdoor.Await(t, ends, "a waiter's end"))
+					}
+					require.Zero(t, setRows(t, admin, k1, k2))
+				})
+
+				t.Run("shared", func(t *testing.T) {
+					in, out := make(chan struct{}), make(chan struct{})
+					held := make(chan error, 1)
+					go func() {
+						held <- holder.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error { close(in); <-out; return nil }, pgadvisory.WithWait(0))
+					}()
+					frontdoor.Await(t, in, "the exclusive holder")
+					started := make(chan struct{}, 3)
+					all := make(chan struct{})
+					ends := make(chan error, 3)
+					for i, door := range []frontdoor.Door{b, b, c} {
+						go func() {
+							ends <- door.RunSession(ctx, pgadvisory.ID(k1), func(context.Context) error {
+								started <- struct{}{}
+								select {
+								case <-all:
+									return nil
+								case <-time.After(20 * time.Second):
+									return fmt.Errorf("shared waiter %d: the others did not join it", i)
+								}
+							}, pgadvisory.WithWait(0), pgadvisory.WithShared())
+						}()
+						require.Eventually(t, func() bool { return queueRows(t, admin, k1) == i+1 && listening(door) }, 10*time.Second, 5*time.Millisecond)
+					}
+					noPolls(b, c)
+					close(out)
+					require.NoError(t, frontdoor.Await(t, held, "the exclusive release"))
+					for i := range 3 {
+						select {
+						case <-started:
+						case <-time.After(10 * time.Second):
+							t.Fatalf("%d of 3 shared waiters woken by the release", i)
+						}
+					}
+					// b's two may share a backend (its shared connection).
+					require.GreaterOrEqual(t, witness.Of(admin).Locks(t, true, k1), 2, "the three hold the lock together")
+					close(all)
+					for range 3 {
+						require.NoError(t, frontdoor.Await(t, ends, "a shared waiter's end"))
+					}
+					require.Zero(t, queueRows(t, admin, k1))
+				})
+			})
+		})
+	}
+}
+
+// noPolls keeps the waiters of doors' Lockers from polling for an hour
+// (their next poll slot), once the polls already under way are done: from
+// then on only a wake-up lets them try.
+func noPolls(doors ...frontdoor.Door) {
+	for _, door := range doors {
+		if l := door.PgxLocker(); l != nil {
+			pgadvisory.PollBacklogForTest(l, time.Hour)
+		} else {
+			pgadvisory.PollBacklogForTest(door.SQLLocker(), time.Hour)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+}
+
+// listening reports whether door's Locker's waiters are woken by NOTIFY
+// now: once so, a wake-up can come only from a notification or a poll
+// (the listening connection's start wakes every waiter once).
+func listening(door frontdoor.Door) bool {
+	if l := door.PgxLocker(); l != nil {
+		return pgadvisory.ListeningForTest(l)
+	}
+	return pgadvisory.ListeningForTest(door.SQLLocker())
+}
