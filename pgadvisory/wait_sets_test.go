@@ -131,8 +131,8 @@ func setCall(ctx context.Context, door frontdoor.Door, set []int64, fn func(fron
 // most one backend waiting for a lock (a head's). Released, every call
 // runs, none while another holds one of its locks, and each after every
 // earlier call that shares a lock with it ended. Plain, fenced and shared
-// (shared calls share: the check is then only that all ran and the
-// queues emptied). The queues are empty afterwards.
+// (shared calls share: the check is then that all ran, and that some held
+// a lock together). The queues are empty afterwards.
 func TestWaitSetsQueued(t *testing.T) {
 	admin := migrated.DB(t)
 	for _, mode := range queueModes {
@@ -153,11 +153,16 @@ func testWaitSetsQueued(t *testing.T, admin *sql.DB, driver frontdoor.Driver, mo
 
 	sets := [][]int64{{a, b}, {b, a}, {a}, {c, b}, {b}, {a, b, c}, {c}, {a, c}, {b, c}, {a}}
 	run := newSetRun(sets)
+	hold := 5 * time.Millisecond
+	if mode == "shared" {
+		run.shared = slices.Repeat([]bool{true}, len(sets))
+		hold = 30 * time.Millisecond // long enough for the shared ones to meet
+	}
 	done := make(chan error, len(sets))
 	rows := 0
 	for i, set := range sets {
 		go func() {
-			done <- setCall(ctx, door, set, run.fn(i, 5*time.Millisecond), inMode(mode, pgadvisory.WithWait(0))...)
+			done <- setCall(ctx, door, set, run.fn(i, hold), inMode(mode, pgadvisory.WithWait(0))...)
 		}()
 		rows += len(set)
 		require.Eventually(t, func() bool { return setRows(t, admin, a, b, c) == rows }, 30*time.Second, 2*time.Millisecond, "call %d %v queued", i, set)
@@ -171,8 +176,11 @@ func testWaitSetsQueued(t *testing.T, admin *sql.DB, driver frontdoor.Driver, mo
 	for range sets {
 		require.NoError(t, frontdoor.Await(t, done, "a call on a set"))
 	}
-	if mode != "shared" {
-		run.requireArrivalOrder(t)
+	run.requireArrivalOrder(t)
+	if mode == "shared" {
+		run.mu.Lock()
+		require.NotZero(t, run.together, "shared calls held a lock together")
+		run.mu.Unlock()
 	}
 	if mode == "fenced" {
 		for _, id := range []int64{a, b, c} {
