@@ -206,6 +206,13 @@ func TestRoundTripsRunSession(t *testing.T) {
 		"WithWait0":  func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithWait(0)} },
 		"WithLocks":  func(k int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithLocks(k+1, k+2)} },
 		"WithShared": func(int64) []pgadvisory.Option { return []pgadvisory.Option{pgadvisory.WithShared()} },
+		// Queued sets and shared locks: the queue's try is the one statement.
+		"WithWait_WithLocks": func(k int64) []pgadvisory.Option {
+			return []pgadvisory.Option{pgadvisory.WithWait(0), pgadvisory.WithLocks(k+1, k+2)}
+		},
+		"WithWait_WithShared": func(int64) []pgadvisory.Option {
+			return []pgadvisory.Option{pgadvisory.WithWait(0), pgadvisory.WithShared()}
+		},
 	}
 	for _, door := range doors {
 		t.Run(door.Label()+"/first_checks", func(t *testing.T) {
