@@ -4,7 +4,8 @@ package pgadvisory_test
 // baselines, in the same run (SUITE=session .ci/bench):
 //
 //	Session/<door>/multiplexed      <= 1.2 x Session/<door>/dedicated
-//	SessionHandoff/pgx/lockgen      <= 1.5 x SessionHandoff/pgx/raw
+//	SessionHandoff/pgx/lockgen      <= 1.5 x SessionHandoff/pgx/raw_retry
+//	SessionHandoff/pgx/lockgen_set  <= 1.5 x SessionHandoff/pgx/raw_retry_set
 //
 // Session: one acquire+release of a session lock with an empty fn, on a
 // pool whose session locks share connections (the default) and on one
@@ -15,9 +16,14 @@ package pgadvisory_test
 // connections stay open (the case of many locks).
 //
 // SessionHandoff: from the moment a holder's fn returns (a graceful
-// release) until the fn of a call waiting for the lock (WithWait) starts,
-// against a bare pg_advisory_unlock on one raw connection until a
-// pg_advisory_lock waiting on another returns; both timed with time.Now at
+// release) until the fn of a call waiting for the lock (WithWait; _set: a
+// set of 3, WithLocks) starts. Its waiter holds no connection (lockgen's
+// queue): after the release it needs a round trip of its own to take the
+// lock, so its floor is raw_retry, a bare pg_advisory_unlock on one raw
+// connection and then a pg_try_advisory_lock on another, in sequence. raw
+// is the server's queue, whose waiter holds a connection: a
+// pg_advisory_lock waiting on another connection returns (of each key of
+// the set, in one statement); both timed with time.Now at
 // those two points and reported as ns/op (the benchmark timer, which also
 // runs while the goroutines hand over, only sizes b.N).
 //
@@ -111,95 +117,163 @@ func benchHoldSession(b *testing.B, run func(fn func(context.Context) error) err
 }
 
 func BenchmarkSessionHandoff(b *testing.B) {
+	migrated.DB(b) // lockgen's queue, which the waiting calls use
 	ctx := context.Background()
+	// raw: the server's queue on two raw connections, for one key or a set
+	// (locked and unlocked in one statement each).
+	raw := func(name string, n int) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			pool := benchPool(b, wirecount.New())
+			holder, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer holder.Release()
+			waiter, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer waiter.Release()
+			keys := benchKeys(b, n)
+			lock := "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k"
+			unlock := "SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS k"
+			var total time.Duration
+			b.StopTimer()
+			for range b.N {
+				if _, err := holder.Exec(ctx, lock, keys); err != nil {
+					b.Fatal(err)
+				}
+				granted := make(chan time.Time, 1)
+				go func() {
+					_, err := waiter.Exec(ctx, lock, keys)
+					if err != nil {
+						b.Error(err)
+					}
+					granted <- time.Now()
+				}()
+				awaitWaiting(b, pool, keys[0], 1)
+				b.StartTimer()
+				start := time.Now()
+				if _, err := holder.Exec(ctx, unlock, keys); err != nil {
+					b.Fatal(err)
+				}
+				total += (<-granted).Sub(start)
+				b.StopTimer()
+				if _, err := waiter.Exec(ctx, unlock, keys); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
+		}}
+	}
+	// retry: the floor of a hand-off to a waiter that holds no connection
+	// (it is not in the server's queue): the holder's unlock on one raw
+	// connection, then, once it returned, the waiter's try on another, in
+	// sequence: two round trips.
+	retry := func(name string, n int) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			pool := benchPool(b, wirecount.New())
+			holder, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer holder.Release()
+			waiter, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer waiter.Release()
+			keys := benchKeys(b, n)
+			lock := "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k"
+			try := "SELECT bool_and(pg_try_advisory_lock(k)) FROM unnest($1::bigint[]) AS k"
+			unlock := "SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS k"
+			var total time.Duration
+			b.StopTimer()
+			for range b.N {
+				if _, err := holder.Exec(ctx, lock, keys); err != nil {
+					b.Fatal(err)
+				}
+				released, granted := make(chan struct{}), make(chan time.Time, 1)
+				go func() {
+					<-released
+					var ok bool
+					if err := waiter.QueryRow(ctx, try, keys).Scan(&ok); err != nil || !ok {
+						b.Error("the retry was not granted", err)
+					}
+					granted <- time.Now()
+				}()
+				b.StartTimer()
+				start := time.Now()
+				if _, err := holder.Exec(ctx, unlock, keys); err != nil {
+					b.Fatal(err)
+				}
+				close(released)
+				total += (<-granted).Sub(start)
+				b.StopTimer()
+				if _, err := waiter.Exec(ctx, unlock, keys); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
+		}}
+	}
+	// lockgen: a waiting RunSession in lockgen's queue, on one key or a
+	// set (WithLocks).
+	lockgen := func(name string, n int) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			pool := benchPool(b, wirecount.New())
+			keys := benchKeys(b, n)
+			opts := []pgadvisory.Option{pgadvisory.WithLocks(keys[1:]...)}
+			var total time.Duration
+			b.StopTimer()
+			for range b.N {
+				in, out, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+				var resigned time.Time
+				go func() {
+					held <- pgadvisory.RunSessionPgx(ctx, pool, keys[0], func(context.Context) error {
+						close(in)
+						<-out
+						resigned = time.Now() // fn returns: a graceful release
+						return nil
+					}, opts...)
+				}()
+				<-in
+				started, waited := make(chan time.Time, 1), make(chan error, 1)
+				go func() {
+					waited <- pgadvisory.RunSessionPgx(ctx, pool, keys[0], func(context.Context) error {
+						started <- time.Now()
+						return nil
+					}, append(opts, pgadvisory.WithWait(0))...)
+				}()
+				awaitWaiting(b, pool, keys[0], 1)
+				b.StartTimer()
+				close(out)
+				t := <-started
+				b.StopTimer()
+				if err := <-held; err != nil {
+					b.Fatal(err)
+				}
+				total += t.Sub(resigned)
+				if err := <-waited; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
+		}}
+	}
 	b.Run("pgx", func(b *testing.B) {
-		runCases(b,
-			benchCase{"raw", func(b *testing.B) {
-				pool := benchPool(b, wirecount.New())
-				holder, err := pool.Acquire(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer holder.Release()
-				waiter, err := pool.Acquire(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer waiter.Release()
-				var waiterPID int64
-				if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
-					b.Fatal(err)
-				}
-				key := testdb.Key(b)
-				var total time.Duration
-				b.StopTimer()
-				for range b.N {
-					if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-						b.Fatal(err)
-					}
-					granted := make(chan time.Time, 1)
-					go func() {
-						_, err := waiter.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
-						if err != nil {
-							b.Error(err)
-						}
-						granted <- time.Now()
-					}()
-					awaitWaiting(b, pool, key, 1)
-					b.StartTimer()
-					start := time.Now()
-					if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-						b.Fatal(err)
-					}
-					total += (<-granted).Sub(start)
-					b.StopTimer()
-					if _, err := waiter.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
-			}},
-			benchCase{"lockgen", func(b *testing.B) {
-				pool := benchPool(b, wirecount.New())
-				key := testdb.Key(b)
-				var total time.Duration
-				b.StopTimer()
-				for range b.N {
-					in, out, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-					var resigned time.Time
-					go func() {
-						held <- pgadvisory.RunSessionPgx(ctx, pool, key, func(context.Context) error {
-							close(in)
-							<-out
-							resigned = time.Now() // fn returns: a graceful release
-							return nil
-						})
-					}()
-					<-in
-					started, waited := make(chan time.Time, 1), make(chan error, 1)
-					go func() {
-						waited <- pgadvisory.RunSessionPgx(ctx, pool, key, func(context.Context) error {
-							started <- time.Now()
-							return nil
-						}, pgadvisory.WithWait(0))
-					}()
-					awaitWaiting(b, pool, key, 1)
-					b.StartTimer()
-					close(out)
-					t := <-started
-					b.StopTimer()
-					if err := <-held; err != nil {
-						b.Fatal(err)
-					}
-					total += t.Sub(resigned)
-					if err := <-waited; err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
-			}},
-		)
+		runCases(b, raw("raw", 1), retry("raw_retry", 1), lockgen("lockgen", 1),
+			raw("raw_set", 3), retry("raw_retry_set", 3), lockgen("lockgen_set", 3))
 	})
+}
+
+// benchKeys is n fresh lock keys.
+func benchKeys(b *testing.B, n int) []int64 {
+	keys := make([]int64, n)
+	for i := range keys {
+		keys[i] = testdb.Key(b)
+	}
+	return keys
 }
 
 // awaitWaiting polls until n calls wait for key: backends in the server's

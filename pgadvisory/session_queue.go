@@ -469,11 +469,14 @@ func (c *callState) leaveQueueOn(ctx context.Context, acquire func(context.Conte
 	q.seq.Valid = false
 }
 
-// wakeQueued wakes the Locker's own waiters for c's keys once c, taken
-// through the queue, has released them: those of this process try at
-// once, without waiting for the NOTIFY's round trip through the server.
+// wakeQueued wakes the Locker's own waiters for c's keys once c, a
+// session lock, has released them: those of this process try at once,
+// without waiting for the NOTIFY's round trip through the server, and
+// also after a lock that did not come through the queue, whose release
+// notifies nobody (the waiters of other processes notice it at their
+// next poll).
 func (c *callState) wakeQueued() {
-	if c.queuedSession {
+	if c.locker != nil {
 		c.locker.waits.wakeAll(c.ids)
 	}
 }

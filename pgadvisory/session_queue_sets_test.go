@@ -288,3 +288,49 @@ func listening(door frontdoor.Door) bool {
 	}
 	return pgadvisory.ListeningForTest(door.SQLLocker())
 }
+
+// TestSessionUnqueuedReleaseWakesOwnWaiters: the release of a session lock
+// that did not come through the queue (RunSession without WithWait) sends
+// no NOTIFY, but wakes its own Locker's waiters for the key at once: on a
+// Locker whose waiters do not poll (a check interval of an hour, the next
+// poll slot an hour away), a queued waiter runs once the holder returns.
+// With and without shared session connections, one lock and a set.
+func TestSessionUnqueuedReleaseWakesOwnWaiters(t *testing.T) {
+	slow := pgadvisory.WithDefaultCheckInterval(time.Hour) // no polls
+	admin := migrated.DB(t)
+	for conns, lopts := range sessionQueueConns {
+		t.Run(conns, func(t *testing.T) {
+			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+				ctx := testdb.Context(t)
+				door := frontdoor.Open(t, drv, frontdoor.Locker(append([]pgadvisory.LockerOption{slow}, lopts...)...))
+				for _, n := range []int{1, 3} {
+					keys := make([]int64, n)
+					for i := range keys {
+						keys[i] = testdb.Key(t)
+					}
+					in, out := make(chan struct{}), make(chan struct{})
+					held := make(chan error, 1)
+					go func() {
+						held <- sessionSetCall(ctx, door, keys, false, func(context.Context) error { close(in); <-out; return nil })
+					}()
+					frontdoor.Await(t, in, "the holder, which did not queue")
+					ran, waited := make(chan struct{}), make(chan error, 1)
+					go func() {
+						waited <- sessionSetCall(ctx, door, keys, false, func(context.Context) error { close(ran); return nil }, pgadvisory.WithWait(0))
+					}()
+					require.Eventually(t, func() bool { return setRows(t, admin, keys...) == n }, 10*time.Second, 5*time.Millisecond)
+					noPolls(door)
+					close(out)
+					require.NoError(t, frontdoor.Await(t, held, "the holder's release"))
+					select {
+					case <-ran:
+					case <-time.After(10 * time.Second):
+						t.Fatalf("set of %d: the waiter was not woken by its own Locker's release", n)
+					}
+					require.NoError(t, frontdoor.Await(t, waited, "the waiter's end"))
+					require.Zero(t, setRows(t, admin, keys...))
+				}
+			})
+		})
+	}
+}

@@ -578,33 +578,49 @@ func (h *waitHub) listening() bool {
 func (h *waitHub) wake(id, seq int64, all bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if all {
+		for _, m := range h.subs {
+			for s := range m {
+				s.signal()
+			}
+		}
+		return
+	}
+	h.wakeLocked(id, seq)
+}
+
+// wakeLocked is wake of lock id's waiters, under h.mu.
+func (h *waitHub) wakeLocked(id, seq int64) {
+	m := h.subs[id]
 	named := false
-	if !all {
-		for s := range h.subs[id] {
-			named = named || s.seq.Load() == seq
+	for s := range m {
+		named = named || s.seq.Load() == seq
+	}
+	for s := range m {
+		if !named || s.seq.Load() == seq {
+			s.signal()
 		}
 	}
-	for sid, m := range h.subs {
-		if !all && sid != id {
-			continue
-		}
-		for s := range m {
-			if named && s.seq.Load() != seq {
-				continue
-			}
-			select {
-			case s.ch <- struct{}{}:
-			default:
-			}
-		}
+}
+
+// signal wakes s, unless a wake-up is pending already.
+func (s *waitSub) signal() {
+	select {
+	case s.ch <- struct{}{}:
+	default:
 	}
 }
 
 // wakeAll wakes every waiter of each of ids (a released set, or a release
 // whose NOTIFY named no waiter this Locker knows).
 func (h *waitHub) wakeAll(ids []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.subs) == 0 {
+		return
+	}
 	for _, id := range ids {
-		h.wake(id, 0, false)
+		h.wakeLocked(id, 0)
 	}
 }
 

@@ -728,7 +728,7 @@ var Mutants = []Mutant{
 		Name: "session-shared-queues-as-exclusive", Area: "session",
 		File:    "pgadvisory/session_queue.go",
 		Search:  "0, false, ` + strconv.FormatBool(shared) + `) AS g`",
-		Replace: "0, false, false) AS g`",
+		Replace: "0, false, ` + strconv.FormatBool(false && shared) + `) AS g`",
 		Promise: "queued shared session locks share the lock: a run of shared waiters is granted together",
 		Pkgs:    pgadvisory, Run: "^(TestSessionWaitSetsQueued|TestSessionQueuedSetAndSharedWakes)$",
 	},
@@ -739,6 +739,14 @@ var Mutants = []Mutant{
 		Replace: "`ORDER BY w.lock_id, w.seq LIMIT 1) AS h`",
 		Promise: "the release of a session lock set taken through the queue wakes the head of each of its locks' queues",
 		Pkgs:    pgadvisory, Run: "^TestSessionQueuedSetAndSharedWakes$",
+	},
+	{
+		Name: "session-unqueued-release-wakes-nobody", Area: "session",
+		File:    "pgadvisory/session_queue.go",
+		Search:  "func (c *callState) wakeQueued() {\n\tif c.locker != nil {",
+		Replace: "func (c *callState) wakeQueued() {\n\tif c.queuedSession {",
+		Promise: "the release of a session lock that did not queue wakes its own Locker's waiters for the key at once, not at their next poll",
+		Pkgs:    pgadvisory, Run: "^TestSessionUnqueuedReleaseWakesOwnWaiters$",
 	},
 	{
 		Name: "session-shared-grant-wakes-nobody", Area: "session",
