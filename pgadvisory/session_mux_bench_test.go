@@ -23,7 +23,8 @@ package pgadvisory_test
 // connection and then a pg_try_advisory_lock on another, in sequence. raw
 // is the server's queue, whose waiter holds a connection: a
 // pg_advisory_lock waiting on another connection returns (of each key of
-// the set, in one statement); both timed with time.Now at
+// the set, in one statement); lockgen_busy is lockgen with both shared
+// connections kept open by other locks; all timed with time.Now at
 // those two points and reported as ns/op (the benchmark timer, which also
 // runs while the goroutines hand over, only sizes b.N).
 //
@@ -218,10 +219,19 @@ func BenchmarkSessionHandoff(b *testing.B) {
 		}}
 	}
 	// lockgen: a waiting RunSession in lockgen's queue, on one key or a
-	// set (WithLocks).
-	lockgen := func(name string, n int) benchCase {
+	// set (WithLocks); busy: two other locks hold both shared connections
+	// open throughout, so the waiter's try does not take a connection from
+	// the pool.
+	lockgen := func(name string, n int, busy bool) benchCase {
 		return benchCase{name, func(b *testing.B) {
 			pool := benchPool(b, wirecount.New())
+			if busy {
+				for i := range int64(2) {
+					benchHoldSession(b, func(fn func(context.Context) error) error {
+						return pgadvisory.RunSessionPgx(ctx, pool, testdb.Key(b)+(i+1)<<40, fn)
+					})
+				}
+			}
 			keys := benchKeys(b, n)
 			opts := []pgadvisory.Option{pgadvisory.WithLocks(keys[1:]...)}
 			var total time.Duration
@@ -262,8 +272,8 @@ func BenchmarkSessionHandoff(b *testing.B) {
 		}}
 	}
 	b.Run("pgx", func(b *testing.B) {
-		runCases(b, raw("raw", 1), retry("raw_retry", 1), lockgen("lockgen", 1),
-			raw("raw_set", 3), retry("raw_retry_set", 3), lockgen("lockgen_set", 3))
+		runCases(b, raw("raw", 1), retry("raw_retry", 1), lockgen("lockgen", 1, false), lockgen("lockgen_busy", 1, true),
+			raw("raw_set", 3), retry("raw_retry_set", 3), lockgen("lockgen_set", 3, false))
 	})
 }
 
