@@ -79,38 +79,17 @@ func testSessionWaitSetsQueued(t *testing.T, admin *sql.DB, driver frontdoor.Dri
 	for i := range sets {
 		run.shared[i] = mode == "shared" || mode == "mixed" && i%2 == 1
 	}
-	done := make(chan error, len(sets))
-	rows := 0
-	for i, set := range sets {
-		fn := run.sessionFn(i, 30*time.Millisecond)
-		go func() {
-			done <- sessionSetCall(ctx, door, set, run.shared[i], func(ctx context.Context) error {
-				if held := w.Locks(t, true, set...); held < len(set) {
-					return fmt.Errorf("call %d %v: %d of its locks held while fn runs", i, set, held)
-				}
-				return fn(ctx)
-			}, pgadvisory.WithWait(0))
-		}()
-		rows += len(set)
-		require.Eventually(t, func() bool { return setRows(t, admin, a, b, c) == rows }, 30*time.Second, 2*time.Millisecond, "call %d %v queued", i, set)
-	}
-	most := requireQueuedConns(t, admin, app, 5)
-	require.Zero(t, w.Locks(t, false, a, b, c), "no call waits in the server's queue")
-	t.Logf("%d session calls on sets queued (%d rows); the Locker had at most %d connections on the server", len(sets), rows, most)
-
-	for _, release := range releases {
-		release()
-	}
-	for range sets {
-		require.NoError(t, frontdoor.Await(t, done, "a call on a set"))
-	}
-	run.requireArrivalOrder(t)
-	if mode == "shared" {
-		run.mu.Lock()
-		require.NotZero(t, run.together, "shared calls held a lock together")
-		run.mu.Unlock()
-	}
-	require.Zero(t, setRows(t, admin, a, b, c), "the queues are empty")
+	queuedSets(t, admin, app, []int64{a, b, c}, run, releases, func() {
+		require.Zero(t, w.Locks(t, false, a, b, c), "no call waits in the server's queue")
+	}, func(i int) error {
+		set, fn := sets[i], run.sessionFn(i, 30*time.Millisecond)
+		return sessionSetCall(ctx, door, set, run.shared[i], func(ctx context.Context) error {
+			if held := w.Locks(t, true, set...); held < len(set) {
+				return fmt.Errorf("call %d %v: %d of its locks held while fn runs", i, set, held)
+			}
+			return fn(ctx)
+		}, pgadvisory.WithWait(0))
+	})
 	require.Zero(t, w.Locks(t, true, a, b, c), "nothing stays held")
 }
 

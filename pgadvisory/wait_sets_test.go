@@ -158,36 +158,50 @@ func testWaitSetsQueued(t *testing.T, admin *sql.DB, driver frontdoor.Driver, mo
 		run.shared = slices.Repeat([]bool{true}, len(sets))
 		hold = 30 * time.Millisecond // long enough for the shared ones to meet
 	}
-	done := make(chan error, len(sets))
-	rows := 0
-	for i, set := range sets {
-		go func() {
-			done <- setCall(ctx, door, set, run.fn(i, hold), inMode(mode, pgadvisory.WithWait(0))...)
-		}()
-		rows += len(set)
-		require.Eventually(t, func() bool { return setRows(t, admin, a, b, c) == rows }, 30*time.Second, 2*time.Millisecond, "call %d %v queued", i, set)
-	}
-	most := requireQueuedConns(t, admin, app, 5)
-	t.Logf("%d calls on sets queued (%d rows); the Locker had at most %d connections on the server", len(sets), rows, most)
-
-	for _, release := range releases {
-		release()
-	}
-	for range sets {
-		require.NoError(t, frontdoor.Await(t, done, "a call on a set"))
-	}
-	run.requireArrivalOrder(t)
-	if mode == "shared" {
-		run.mu.Lock()
-		require.NotZero(t, run.together, "shared calls held a lock together")
-		run.mu.Unlock()
-	}
+	queuedSets(t, admin, app, []int64{a, b, c}, run, releases, nil, func(i int) error {
+		return setCall(ctx, door, sets[i], run.fn(i, hold), inMode(mode, pgadvisory.WithWait(0))...)
+	})
 	if mode == "fenced" {
 		for _, id := range []int64{a, b, c} {
 			require.NotZero(t, fencing.Published(t, admin, id), "lock %d's token published", id)
 		}
 	}
-	require.Zero(t, setRows(t, admin, a, b, c), "the queues are empty")
+}
+
+// queuedSets starts the calls on run's sets (call i runs start(i)), one at
+// a time, each once the previous one has joined the queues of keys (held
+// elsewhere until releases are called), checks that the server shows at
+// most 5 connections named app while all wait (whileQueued checks more),
+// calls releases and waits for every call: none fails, and run shows
+// arrival order and, when all are shared, shared calls holding a lock
+// together.
+func queuedSets(t *testing.T, admin *sql.DB, app string, keys []int64, run *setRun, releases []func(), whileQueued func(), start func(i int) error) {
+	t.Helper()
+	done := make(chan error, len(run.sets))
+	rows := 0
+	for i, set := range run.sets {
+		go func() { done <- start(i) }()
+		rows += len(set)
+		require.Eventually(t, func() bool { return setRows(t, admin, keys...) == rows }, 30*time.Second, 2*time.Millisecond, "call %d %v queued", i, set)
+	}
+	most := requireQueuedConns(t, admin, app, 5)
+	if whileQueued != nil {
+		whileQueued()
+	}
+	t.Logf("%d calls on sets queued (%d rows); the Locker had at most %d connections on the server", len(run.sets), rows, most)
+	for _, release := range releases {
+		release()
+	}
+	for range run.sets {
+		require.NoError(t, frontdoor.Await(t, done, "a call on a set"))
+	}
+	run.requireArrivalOrder(t)
+	if run.shared != nil && !slices.Contains(run.shared, false) {
+		run.mu.Lock()
+		require.NotZero(t, run.together, "shared calls held a lock together")
+		run.mu.Unlock()
+	}
+	require.Zero(t, setRows(t, admin, keys...), "the queues are empty")
 }
 
 // TestWaitSetsNoDeadlock: 8 goroutines on two Lockers (pools of 3) make
