@@ -95,6 +95,10 @@ type callState struct {
 	// opens the Locker's listening connection for such waits (nil: poll)
 	queuedSession bool
 	listen        func(context.Context) (notifyConn, error)
+	// serverQueue: this waiting session lock waits in the server's
+	// queue, its session's transactions being read-only by default
+	// (readOnlyByDefault).
+	serverQueue bool
 
 	// session locks: runs on the lock's connection once the lock is
 	// granted, before fn (Lead publishes its term there); an error, already

@@ -63,7 +63,18 @@ import (
 // lock on one of them (queuedAcquire); on one without, on a connection of
 // its own (queuedLockSession, session_queue_dedicated.go).
 func (c *callState) sessionQueued() bool {
-	return c.wait && c.session && c.lim == nil && c.locker != nil && !c.locker.noQueue.Load()
+	return c.wait && c.session && c.lim == nil && c.locker != nil && !c.locker.noQueue.Load() && !c.serverQueue
+}
+
+// readOnlyByDefault reports whether err, the error of a queued session
+// lock's try that had no place yet, says that its session's transactions
+// are read-only by default (default_transaction_read_only): the queue
+// cannot be written, and lockgen does not override the setting, so the
+// call waits in the server's queue, as it did before the queue existed
+// (the transaction locks' queue does the same, in wait_queue.go). The
+// error was raised in wait_try, before any lock was taken.
+func readOnlyByDefault(q *queueState, err error) bool {
+	return !q.seq.Valid && SQLState(err) == "25006"
 }
 
 // sessionQueueTry is a queued session lock's try statement on its
@@ -252,6 +263,10 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 				c.locker.noQueue.Store(true)
 				return p.acquire(ctx, l, start)
 			}
+			if readOnlyByDefault(w.q, err) {
+				c.serverQueue = true
+				return p.acquire(ctx, l, start)
+			}
 			c.leaveQueueOn(ctx, l.open, w.q)
 			return nil, err
 		}
@@ -361,7 +376,7 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 			sc.fail(pooled)
 			err = c.refusal(ctx, "lock", ErrTransactionPooler, pooled)
 		} else {
-			if !sc.isDead() {
+			if !sc.isDead() && !raisedInQueue(err) {
 				sc.unlockHeld(ctx, l)
 			}
 			err = c.failure(ctx, "lock", err)
@@ -390,6 +405,14 @@ func (p *sessionPool) queueTry(ctx context.Context, l *muxLock, q *queueState) (
 	unreserve()
 	sc.leave()
 	return nil, false, false, err
+}
+
+// raisedInQueue reports whether err, a queued session lock's try
+// statement's error, was raised in wait_try: the statement took no
+// session lock (it takes them only once wait_try returned).
+func raisedInQueue(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Where, "pgadvisory.wait_try(")
 }
 
 // electedInTry reports whether err, a leadership's try statement's error

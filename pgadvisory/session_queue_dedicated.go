@@ -27,8 +27,10 @@ import (
 // of its own from acquire; on success the lock is held on the returned
 // connection. A wait that ends without the lock leaves the queue. A
 // database without the queue makes the Locker wait in the server's queue
-// from then on: the connection is returned unlocked (fallback true), for
-// the caller to give back before it waits there.
+// from then on, and a session whose transactions are read-only by default
+// makes this call wait there (readOnlyByDefault): the connection is
+// returned unlocked (fallback true), for the caller to give back before it
+// waits there.
 func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.Context) (sessionConn, error), start time.Time) (conn sessionConn, fallback bool, err error) {
 	w := c.newSessionQueueWait(start)
 	defer w.close()
@@ -49,6 +51,11 @@ func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.
 				// No queue in this database: wait in the server's. The try
 				// failed, so its transaction took nothing.
 				c.locker.noQueue.Store(true)
+				return conn, true, nil
+			}
+			if readOnlyByDefault(w.q, err) {
+				// This call waits in the server's (see readOnlyByDefault).
+				c.serverQueue = true
 				return conn, true, nil
 			}
 			c.leaveQueueOn(ctx, acquire, w.q)
@@ -84,8 +91,8 @@ func (c *callState) queueTryOn(ctx context.Context, conn sessionConn, s openedSe
 	query, first := c.sessionQueueTrySQL()
 	args := []any{first, prev, q.rowTTL(&c.locker.polls), s.pid}
 	if err := conn.queryRow(ctx, query, args, &ok, &standby, &pid, &seq, &head); err != nil {
-		if !q.seq.Valid && noQueueSchema(err) {
-			return false, err
+		if !q.seq.Valid && noQueueSchema(err) || readOnlyByDefault(q, err) {
+			return false, err // conn as it was, for the server's queue
 		}
 		// The statement's transaction is rolled back: it took nothing,
 		// and the call's place is as it was.

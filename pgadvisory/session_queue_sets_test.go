@@ -313,3 +313,45 @@ func TestSessionUnqueuedReleaseWakesOwnWaiters(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionWaitDefaultReadOnlySession: on connections whose transactions
+// are read-only by default (default_transaction_read_only = on, as a
+// reporting role may have), lockgen's queue cannot be written and lockgen
+// does not override the setting: a waiting session lock (one lock, a set,
+// a shared one), with and without shared session connections, waits in the
+// server's queue instead, as before the queue existed, and runs once the
+// holder releases; it failed with 25006 when its try had to join the queue.
+func TestSessionWaitDefaultReadOnlySession(t *testing.T) {
+	admin := migrated.DB(t)
+	w := witness.Of(admin)
+	for conns, lopts := range sessionQueueConns {
+		t.Run(conns, func(t *testing.T) {
+			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+				ctx := testdb.Context(t)
+				door := frontdoor.Open(t, drv, frontdoor.Locker(lopts...),
+					frontdoor.Settings(map[string]string{"default_transaction_read_only": "on"}))
+				for _, kind := range []struct {
+					n      int
+					shared bool
+				}{{1, false}, {3, false}, {1, true}} {
+					keys := make([]int64, kind.n)
+					for i := range keys {
+						keys[i] = testdb.Key(t)
+					}
+					release := holdSession(t, admin, keys[len(keys)-1])
+					ran, done := make(chan struct{}), make(chan error, 1)
+					go func() {
+						done <- sessionSetCall(ctx, door, keys, kind.shared, func(context.Context) error { close(ran); return nil }, pgadvisory.WithWait(0))
+					}()
+					require.Eventually(t, func() bool { return w.Locks(t, false, keys...) >= 1 }, 30*time.Second, 2*time.Millisecond,
+						"%d locks, shared %v: the call waits in the server's queue", kind.n, kind.shared)
+					require.Zero(t, setRows(t, admin, keys...), "nothing in lockgen's queue")
+					release()
+					require.NoError(t, frontdoor.Await(t, done, "the waiting call"))
+					frontdoor.Await(t, ran, "its fn")
+					require.Zero(t, w.Locks(t, true, keys...), "nothing stays held")
+				}
+			})
+		})
+	}
+}
