@@ -355,3 +355,48 @@ func TestSessionWaitDefaultReadOnlySession(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionReadOnlyFallbackKeepsNeighbours: a queued try that fails in
+// wait_try (here 25006: a session read-only by default, whose try must
+// join the queue behind an exclusive waiter of another Locker) took no
+// lock, so the shared connection it ran on is not cleaned up: a shared
+// lock of another call on that connection, on the same key, stays held
+// (releasing "whatever the backend holds of the set" would have closed
+// the connection and lost it), and the waiting call runs, in the server's
+// queue, beside it.
+func TestSessionReadOnlyFallbackKeepsNeighbours(t *testing.T) {
+	admin := migrated.DB(t)
+	frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+		ctx := testdb.Context(t)
+		key := testdb.Key(t)
+		door := frontdoor.Open(t, drv, frontdoor.Locker(pgadvisory.WithSessionConns(1)),
+			frontdoor.Settings(map[string]string{"default_transaction_read_only": "on"}))
+		other := frontdoor.Open(t, drv)
+
+		in, out := make(chan struct{}), make(chan struct{})
+		held := make(chan error, 1)
+		go func() {
+			held <- door.RunSession(ctx, pgadvisory.ID(key), func(ctx context.Context) error {
+				close(in)
+				select {
+				case <-out:
+					return nil
+				case <-ctx.Done():
+					return fmt.Errorf("the shared holder lost its lock: %w", context.Cause(ctx))
+				}
+			}, pgadvisory.WithShared())
+		}()
+		frontdoor.Await(t, in, "the shared holder")
+		queued := make(chan error, 1)
+		go func() {
+			queued <- other.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil }, pgadvisory.WithWait(0))
+		}()
+		require.Eventually(t, func() bool { return queueRows(t, admin, key) == 1 }, 30*time.Second, 2*time.Millisecond, "the exclusive waiter is queued")
+
+		require.NoError(t, door.RunSession(ctx, pgadvisory.ID(key), func(context.Context) error { return nil },
+			pgadvisory.WithShared(), pgadvisory.WithWait(10*time.Second)), "the read-only waiter runs beside the shared holder")
+		close(out)
+		require.NoError(t, frontdoor.Await(t, held, "the shared holder's end"))
+		require.NoError(t, frontdoor.Await(t, queued, "the exclusive waiter's end"))
+	})
+}
