@@ -330,7 +330,13 @@ func (c *callState) releaseSession(ctx context.Context, conn sessionConn) error 
 	defer cancel()
 	query, args := c.unlockSQL()
 	var released int64
-	if err := conn.queryRow(rctx, query, args, &released); err != nil {
+	err := conn.queryRow(rctx, query, args, &released)
+	if err != nil && c.queuedSession && serializationFailure(err) && !c.lead {
+		released, err = c.releaseConflicted(func(query string, args []any, dest ...any) error {
+			return conn.queryRow(rctx, query, args, dest...)
+		})
+	}
+	if err != nil {
 		conn.discard()
 		if rctx.Err() != nil {
 			return fmt.Errorf("the unlock did not answer within %v (WithCheckTimeout); the connection was closed, "+

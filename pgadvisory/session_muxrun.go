@@ -424,15 +424,23 @@ func (p *sessionPool) release(ctx context.Context, sc *sharedConn, l *muxLock) (
 	}
 	query, args := c.unlockSQL()
 	var released int64
+	verify := func(ctx context.Context, err error) error {
+		if err != nil && c.queuedSession && serializationFailure(err) && !c.lead && !(c.shared && sc.sharesKey(l)) {
+			released, err = c.releaseConflicted(func(query string, args []any, dest ...any) error {
+				return sc.run(ctx, c.checkTimeout, query, args, dest...)
+			})
+		}
+		return sc.unlocked(c, err, released)
+	}
 	abandoned, err := sc.call(ctx, l, c.checkTimeout, func(err error) {
-		_ = sc.unlocked(c, err, released)
+		_ = verify(bgCtx, err)
 		sc.releaseSem()
 		leave()
 	}, query, args, &released)
 	if abandoned {
 		return nil, nil
 	}
-	unreleased = sc.unlocked(c, err, released)
+	unreleased = verify(ctx, err)
 	sc.releaseSem()
 	leave()
 	return nil, unreleased

@@ -236,6 +236,60 @@ func (w *sessionQueueWait) pause(ctx context.Context) error {
 	return nil
 }
 
+// serializationFailure reports whether err, a queued session lock's try's
+// error, is a serialization failure (40001): on a session whose
+// transactions are serializable by default, the queue's statements of
+// concurrent waiters conflict. The try took nothing (its locks, if the
+// commit failed, were released with the failure's cleanup) and its place
+// is as it was: it is tried again (retry).
+func serializationFailure(err error) bool { return SQLState(err) == "40001" }
+
+// releaseConflicted ends the release of c, a session lock taken through
+// the queue, whose unlock statement (the unlock and the wake-up, which
+// reads the queue) failed with a serialization failure: run runs a
+// statement on the lock's connection. The unlock takes effect when it
+// runs, whatever becomes of the statement's transaction, and the failure
+// came from the wake-up's read or the commit, so the backend holds either
+// all of c's locks (the wake-up ran first) or none: the former are
+// unlocked again, without the wake-up. The wake-up is then sent on its own,
+// once, as a courtesy: waiters that miss it poll. It returns how many of
+// c's locks the release found held, as the unlock statement would have.
+// Not for a leadership (its unlock also resigns, a write) nor for a shared
+// lock that another call on the connection may hold too.
+func (c *callState) releaseConflicted(run func(query string, args []any, dest ...any) error) (int64, error) {
+	query, args := c.heldSQL()
+	var held int64
+	if err := run(query, args, &held); err != nil {
+		return 0, err
+	}
+	released := int64(len(c.ids)) - held // what the failed statement released
+	if held == int64(len(c.ids)) {
+		query, args = c.unlockOnlySQL()
+		if err := run(query, args, &released); err != nil {
+			return 0, err
+		}
+	}
+	var woke int64
+	_ = run(sessionWakes[b2i(len(c.ids) > 1)][b2i(c.shared)], []any{c.idsArg()}, &woke)
+	return released, nil
+}
+
+// retry sleeps 1 to 5ms before the next try after a serialization
+// failure, unless ctx or WithWait's timeout ends the wait first.
+func (w *sessionQueueWait) retry(ctx context.Context) error {
+	t := time.NewTimer(time.Millisecond + rand.N(4*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return w.c.failure(ctx, OpLock, ctx.Err())
+	}
+	if !w.q.deadline.IsZero() && !time.Now().Before(w.q.deadline) {
+		return w.q.timedOut(ctx, w.c)
+	}
+	return nil
+}
+
 // close stops the call's wake-ups.
 func (w *sessionQueueWait) close() {
 	if w.sub != nil {
@@ -266,6 +320,11 @@ func (p *sessionPool) queuedAcquire(ctx context.Context, l *muxLock, start time.
 			if readOnlyByDefault(w.q, err) {
 				c.serverQueue = true
 				return p.acquire(ctx, l, start)
+			}
+			if serializationFailure(err) {
+				if err = w.retry(ctx); err == nil {
+					continue
+				}
 			}
 			c.leaveQueueOn(ctx, l.open, w.q)
 			return nil, err

@@ -58,6 +58,11 @@ func (c *callState) queuedLockSession(ctx context.Context, acquire func(context.
 				c.serverQueue = true
 				return conn, true, nil
 			}
+			if serializationFailure(err) {
+				if err = w.retry(ctx); err == nil {
+					continue // queueTryOn gave the connection back
+				}
+			}
 			c.leaveQueueOn(ctx, acquire, w.q)
 			return nil, false, err
 		}

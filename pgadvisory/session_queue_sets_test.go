@@ -400,3 +400,50 @@ func TestSessionReadOnlyFallbackKeepsNeighbours(t *testing.T) {
 		require.NoError(t, frontdoor.Await(t, queued, "the exclusive waiter's end"))
 	})
 }
+
+// TestSessionWaitSerializableDefault: on sessions whose transactions are
+// serializable by default (default_transaction_isolation = serializable),
+// the queue statements of concurrent session waiters conflict (40001, at
+// once with a few waiters); a try that fails so took nothing and is tried
+// again. 12 goroutines make 15 waiting session calls each on one lock and
+// on a set, both kinds of Locker: every call runs, none while another
+// holds its lock, and the queues are empty afterwards.
+func TestSessionWaitSerializableDefault(t *testing.T) {
+	admin := migrated.DB(t)
+	for conns, lopts := range sessionQueueConns {
+		t.Run(conns, func(t *testing.T) {
+			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+				ctx := testdb.Context(t)
+				door := frontdoor.Open(t, drv, frontdoor.Locker(lopts...),
+					frontdoor.Settings(map[string]string{"default_transaction_isolation": "serializable"}))
+				a, b := testdb.Key(t), testdb.Key(t)
+				const goroutines, each = 12, 15
+				var sets [][]int64
+				for i := range goroutines * each {
+					sets = append(sets, [][]int64{{a}, {a, b}}[i%2])
+				}
+				run := newSetRun(sets)
+				errs := make(chan error, goroutines)
+				for g := range goroutines {
+					go func() {
+						for k := range each {
+							i := g*each + k
+							if err := sessionSetCall(ctx, door, sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0)); err != nil {
+								errs <- fmt.Errorf("call %d: %w", i, err)
+								return
+							}
+						}
+						errs <- nil
+					}()
+				}
+				for range goroutines {
+					require.NoError(t, frontdoor.Await(t, errs, "a goroutine's calls"))
+				}
+				run.mu.Lock()
+				require.Empty(t, run.errs)
+				run.mu.Unlock()
+				require.Zero(t, setRows(t, admin, a, b), "the queues are empty")
+			})
+		})
+	}
+}

@@ -415,9 +415,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 // the call was woken, or the error that ends its wait: ctx's, or
 // WithWait's timeout passing. The caller leaves the queue on an error.
 func (q *queueState) pause(ctx context.Context, c *callState, sub *waitSub, sleep time.Duration) (woken bool, err error) {
-	timeout := func() error {
-		return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
-	}
+	timeout := func() error { return q.timedOut(ctx, c) }
 	if !q.deadline.IsZero() {
 		left := time.Until(q.deadline)
 		if left <= 0 {
@@ -443,6 +441,11 @@ func (q *queueState) pause(ctx context.Context, c *callState, sub *waitSub, slee
 	case <-ctx.Done():
 		return false, c.failure(ctx, OpLock, ctx.Err())
 	}
+}
+
+// timedOut is the error of a queued wait whose WithWait timeout passed.
+func (q *queueState) timedOut(ctx context.Context, c *callState) error {
+	return c.refusal(ctx, OpLock, ErrLockTimeout, fmt.Errorf("the lock was not granted within %v (WithWait)", c.timeout))
 }
 
 // leave removes the call's row from the queue, if it joined, even when
