@@ -405,19 +405,26 @@ func TestSessionReadOnlyFallbackKeepsNeighbours(t *testing.T) {
 // serializable by default (default_transaction_isolation = serializable),
 // the queue statements of concurrent session waiters conflict (40001, at
 // once with a few waiters); a try that fails so took nothing and is tried
-// again. 12 goroutines make 15 waiting session calls each on one lock and
-// on a set, both kinds of Locker: every call runs, none while another
-// holds its lock, and the queues are empty afterwards.
+// again. 16 goroutines on two Lockers make 20 waiting session calls each
+// on one lock and on a set, both kinds of Locker: every call runs, none
+// while another holds its lock, and the queues are empty afterwards.
 func TestSessionWaitSerializableDefault(t *testing.T) {
 	admin := migrated.DB(t)
 	for conns, lopts := range sessionQueueConns {
 		t.Run(conns, func(t *testing.T) {
 			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 				ctx := testdb.Context(t)
-				door := frontdoor.Open(t, drv, frontdoor.Locker(lopts...),
-					frontdoor.Settings(map[string]string{"default_transaction_isolation": "serializable"}))
+				if len(lopts) == 0 {
+					// More shared connections, more statements at once.
+					lopts = []pgadvisory.LockerOption{pgadvisory.WithSessionConns(4)}
+				}
+				var doors [2]frontdoor.Door // two Lockers, as two processes
+				for i := range doors {
+					doors[i] = frontdoor.Open(t, drv, frontdoor.Locker(lopts...),
+						frontdoor.Settings(map[string]string{"default_transaction_isolation": "serializable"}))
+				}
 				a, b := testdb.Key(t), testdb.Key(t)
-				const goroutines, each = 12, 15
+				const goroutines, each = 16, 20
 				var sets [][]int64
 				for i := range goroutines * each {
 					sets = append(sets, [][]int64{{a}, {a, b}}[i%2])
@@ -428,7 +435,7 @@ func TestSessionWaitSerializableDefault(t *testing.T) {
 					go func() {
 						for k := range each {
 							i := g*each + k
-							if err := sessionSetCall(ctx, door, sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0)); err != nil {
+							if err := sessionSetCall(ctx, doors[g%2], sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0)); err != nil {
 								errs <- fmt.Errorf("call %d: %w", i, err)
 								return
 							}
