@@ -430,26 +430,9 @@ func TestSessionWaitSerializableDefault(t *testing.T) {
 					sets = append(sets, [][]int64{{a}, {a, b}}[i%2])
 				}
 				run := newSetRun(sets)
-				errs := make(chan error, goroutines)
-				for g := range goroutines {
-					go func() {
-						for k := range each {
-							i := g*each + k
-							if err := sessionSetCall(ctx, doors[g%2], sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0)); err != nil {
-								errs <- fmt.Errorf("call %d: %w", i, err)
-								return
-							}
-						}
-						errs <- nil
-					}()
-				}
-				for range goroutines {
-					require.NoError(t, frontdoor.Await(t, errs, "a goroutine's calls"))
-				}
-				run.mu.Lock()
-				require.Empty(t, run.errs)
-				run.mu.Unlock()
-				require.Zero(t, setRows(t, admin, a, b), "the queues are empty")
+				concurrentSetCalls(t, admin, run, goroutines, each, []int64{a, b}, func(g, i int) error {
+					return sessionSetCall(ctx, doors[g%2], sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0))
+				})
 			})
 		})
 	}

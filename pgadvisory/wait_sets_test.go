@@ -240,13 +240,24 @@ func testWaitSetsNoDeadlock(t *testing.T, admin *sql.DB, driver frontdoor.Driver
 	if fenced {
 		opts = append(opts, pgadvisory.WithFencing())
 	}
+	concurrentSetCalls(t, admin, run, goroutines, each, keys, func(g, i int) error {
+		return setCall(ctx, doors[g%2], sets[i], run.fn(i, time.Millisecond), append(opts, pgadvisory.WithWait(0))...)
+	})
+}
+
+// concurrentSetCalls runs run's calls on goroutines goroutines, each
+// making each calls in turn (call i = g*each + k runs call(g, i)): none
+// fails, no two fns held a lock at once unless both shared, and the
+// queues of keys are empty afterwards.
+func concurrentSetCalls(t *testing.T, admin *sql.DB, run *setRun, goroutines, each int, keys []int64, call func(g, i int) error) {
+	t.Helper()
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
 		go func() {
 			for k := range each {
 				i := g*each + k
-				if err := setCall(ctx, doors[g%2], sets[i], run.fn(i, time.Millisecond), append(opts, pgadvisory.WithWait(0))...); err != nil {
-					errs <- fmt.Errorf("call %d %v: %w", i, sets[i], err)
+				if err := call(g, i); err != nil {
+					errs <- fmt.Errorf("call %d %v: %w", i, run.sets[i], err)
 					return
 				}
 			}
