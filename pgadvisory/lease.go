@@ -308,7 +308,7 @@ func runLease(ctx context.Context, c *callState, st *leaseState, hub *waitHub, p
 		if sub == nil && c.campaign {
 			// Subscribed before the try: a release after it wakes the
 			// campaign once the Locker listens.
-			sub = hub.subscribe([]int64{id}, leaseListener(pool))
+			sub = hub.subscribe([]int64{id}, false, leaseListener(pool))
 			polls.enter()
 		}
 		start = time.Now()

@@ -386,7 +386,7 @@ func (lw lockerWaiters) join(id int64, listen func(context.Context) (notifyConn,
 	if lw.w == nil {
 		return nil
 	}
-	sub := lw.hub.subscribe([]int64{id}, listen)
+	sub := lw.hub.subscribe([]int64{id}, false, listen)
 	lw.polls.enter()
 	w := lw.w
 	w.mu.Lock()

@@ -220,7 +220,7 @@ func (c *callState) newSessionQueueWait(start time.Time) *sessionQueueWait {
 func (w *sessionQueueWait) pause(ctx context.Context) error {
 	c := w.c
 	if w.sub == nil {
-		w.sub = c.locker.waits.subscribe(c.ids, c.listen)
+		w.sub = c.locker.waits.subscribe(c.ids, c.shared, c.listen)
 		c.locker.polls.enter()
 	}
 	w.sub.seq.Store(w.q.seq.Int64)
@@ -564,11 +564,11 @@ func (c *callState) wakeQueued() {
 }
 
 // grantedQueued is what a queued session lock does once granted: a shared
-// one wakes the Locker's other waiters for its keys, since the shared ones
-// among them may take the lock too (the NOTIFY of the release that let
-// it in named it alone).
+// one wakes the Locker's other shared waiters for its keys, since they may
+// take the lock too (the NOTIFY of the release that let it in named it
+// alone).
 func (c *callState) grantedQueued() {
 	if c.shared {
-		c.locker.waits.wakeAll(c.ids)
+		c.locker.waits.wakeShared(c.ids)
 	}
 }

@@ -341,12 +341,12 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 			q.block = q.seq.Valid && q.head.Bool && c.locker.serverWaits.acquire()
 			d, call := attempt()
 			if c.shared {
-				// Granted, a shared call lets the Locker's other waiters
-				// for the lock try at once: those that no exclusive
-				// waiter precedes share it now (their NOTIFY comes only
-				// when a holder releases).
+				// Granted, a shared call lets the Locker's other shared
+				// waiters for the lock try at once: those that no
+				// exclusive waiter precedes share it now (their NOTIFY
+				// comes only when a holder releases).
 				fn := call
-				call = func() error { c.locker.waits.wakeAll(c.ids); return fn() }
+				call = func() error { c.locker.waits.wakeShared(c.ids); return fn() }
 			}
 			o := runTx(ctx, c, d, call)
 			q.unread = q.unread || (q.caller != 0 && o.end == txFailed)
@@ -388,7 +388,7 @@ func runQueued(ctx context.Context, c *callState, path waitPath, attempt func() 
 				return c.txError(o)
 			}
 			if sub == nil {
-				sub = c.locker.waits.subscribe(c.ids, path.listen)
+				sub = c.locker.waits.subscribe(c.ids, c.shared, path.listen)
 				c.locker.polls.enter()
 			}
 			sub.seq.Store(q.seq.Int64)
@@ -500,9 +500,10 @@ type waitHub struct {
 
 // waitSub is one waiting call's wake-up.
 type waitSub struct {
-	ids []int64      // the call's locks: one, or a set's
-	seq atomic.Int64 // the call's place in the queues, once it joined
-	ch  chan struct{}
+	ids    []int64      // the call's locks: one, or a set's
+	shared bool         // a shared call (WithShared)
+	seq    atomic.Int64 // the call's place in the queues, once it joined
+	ch     chan struct{}
 }
 
 // waitLinger is how long the listening connection stays open once no call
@@ -510,10 +511,10 @@ type waitSub struct {
 const waitLinger = 5 * time.Second
 
 // subscribe registers a waiter of locks ids (a set's waiter is woken by
-// a wake-up of any of them), and starts the listener when none runs and
-// the path may listen.
-func (h *waitHub) subscribe(ids []int64, listen func(context.Context) (notifyConn, error)) *waitSub {
-	s := &waitSub{ids: ids, ch: make(chan struct{}, 1)}
+// a wake-up of any of them; shared: a shared call), and starts the
+// listener when none runs and the path may listen.
+func (h *waitHub) subscribe(ids []int64, shared bool, listen func(context.Context) (notifyConn, error)) *waitSub {
+	s := &waitSub{ids: ids, shared: shared, ch: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs == nil {
@@ -624,6 +625,20 @@ func (h *waitHub) wakeAll(ids []int64) {
 	}
 	for _, id := range ids {
 		h.wakeLocked(id, 0)
+	}
+}
+
+// wakeShared wakes the shared waiters of each of ids (a shared call was
+// granted: they may share the lock; the exclusive ones may not take it).
+func (h *waitHub) wakeShared(ids []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		for s := range h.subs[id] {
+			if s.shared {
+				s.signal()
+			}
+		}
 	}
 }
 
