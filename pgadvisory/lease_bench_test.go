@@ -18,6 +18,17 @@ package pgadvisory_test
 //   - roundtrip_pgbouncer: one SELECT 1 through that PgBouncer, the round
 //     trip of the pooled path's target (<= the poll interval plus 2 round
 //     trips).
+//   - commit_pgx, idle_commit_pgx: the floor, one durable commit (a
+//     single-row INSERT, one WAL flush) back to back, and after its
+//     connection idled as long as the lease rows' connections idle between
+//     ops (3.5 polls). A lease hand-off cannot follow the previous one
+//     sooner than that (the candidate that resigned is deaf for two polls),
+//     so its connections are as idle as idle_commit_pgx's; on a small
+//     virtual machine an idle backend answers its next statement several
+//     times more slowly. The target, a lease hand-off <= 1.5 x the
+//     session-lock leader hand-off, is therefore claimed against
+//     lead_handoff_pgx_settled, the session-lock hand-off after the same
+//     idle time; lead_handoff_pgx (no idle time) is shown beside it.
 //
 // Between ops, with the timer stopped, the lease candidate that just
 // resigned waits two polls before trying again (so the one already waiting
@@ -126,7 +137,34 @@ func BenchmarkLeaseHandoff(b *testing.B) {
 		}
 		reportMedian(b, ops)
 	}}
-	runCases(b, session, settled, lease("lease_handoff_pgx", frontdoor.Pgx, nil), lease("lease_handoff_stdlib", frontdoor.SQL, nil),
+	// The floor under the lease rows: one durable commit (a single-row
+	// INSERT, one WAL flush) on a pgx pool's connection, back to back
+	// (commit_pgx) and after the connection idled as long as a lease
+	// row's connections do between ops (idle_commit_pgx).
+	commit := func(name string, idle time.Duration) benchCase {
+		return benchCase{name, func(b *testing.B) {
+			door := frontdoor.Open(b, frontdoor.Pgx, frontdoor.MaxConns(1))
+			ctx := context.Background()
+			if _, err := door.Pool().Exec(ctx, "CREATE TABLE IF NOT EXISTS lease_bench_floor (n int)"); err != nil {
+				b.Fatal(err)
+			}
+			var ops []time.Duration
+			for b.Loop() {
+				if idle > 0 {
+					b.StopTimer()
+					time.Sleep(idle)
+					b.StartTimer()
+				}
+				start := time.Now()
+				if _, err := door.Pool().Exec(ctx, "INSERT INTO lease_bench_floor VALUES (1)"); err != nil {
+					b.Fatal(err)
+				}
+				ops = append(ops, time.Since(start))
+			}
+			reportMedian(b, ops)
+		}}
+	}
+	runCases(b, session, settled, commit("commit_pgx", 0), commit("idle_commit_pgx", 3*poll+poll/2), lease("lease_handoff_pgx", frontdoor.Pgx, nil), lease("lease_handoff_stdlib", frontdoor.SQL, nil),
 		lease("lease_handoff_pgbouncer_pgx", frontdoor.Pgx, pooled), roundTrip)
 }
 
