@@ -31,3 +31,9 @@ func PollWaitersForTest[TTx any](l *Locker[TTx]) int64 { return l.s.polls.waiter
 // ListeningForTest reports whether l's waiters have a listening
 // connection now (they are woken by NOTIFY, not only by their polls).
 func ListeningForTest[TTx any](l *Locker[TTx]) bool { return l.s.waits.listening() }
+
+// ReleaseSQLForTest makes l rewrite the release statement of each session
+// lock taken through its queue with rewrite (before l is used).
+func ReleaseSQLForTest[TTx any](l *Locker[TTx], rewrite func(query string) string) {
+	l.s.releaseSQL = rewrite
+}

@@ -87,6 +87,11 @@ type lockerState struct {
 	// tokens maps an open fenced lock transaction (the value fn receives)
 	// to its token, while fn runs (see FencingToken).
 	tokens sync.Map
+
+	// releaseSQL, set only by tests before the Locker is used, rewrites
+	// the release statement of a session lock taken through the queue
+	// (unlockSQL): the tests of a release that the server fails.
+	releaseSQL func(query string) string
 }
 
 // newLockerState is the state of a Locker with the default settings.

@@ -488,7 +488,12 @@ func electedInTry(err error) bool {
 // connection, without taking the lock: another call of this Locker holds
 // or takes the key, maybe on the shared connection that would be tried. A
 // transaction in which wait_try found the lock free (that call's release
-// or try is under way) is rolled back: the place is kept as it was.
+// or try is under way) is rolled back: the place is kept as it was. The
+// transaction is lockgen's own bookkeeping and runs at READ COMMITTED
+// whatever the session's default: on sessions serializable by default
+// the refreshes of concurrent waiters, which read the queue and write
+// their places, failed one another with 40001 about ten times per grant
+// (TestSessionWaitSerializableDefault took 60-100s instead of 5s).
 func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueState) error {
 	c := l.c
 	conn, err := l.open(ctx)
@@ -502,12 +507,20 @@ func (p *sessionPool) queueRefresh(ctx context.Context, l *muxLock, q *queueStat
 	var granted, standby bool
 	var seq sql.NullInt64
 	var head sql.NullBool
-	if err := conn.simpleExec(ctx, "BEGIN"); err != nil {
+	if err := conn.simpleExec(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED"); err != nil {
 		conn.discard()
 		return c.failure(ctx, "lock", err)
 	}
 	if err := conn.queryRow(ctx, waitTrySQL, []any{c.idsList(), prev, q.rowTTL(&c.locker.polls), int64(0), c.shared}, &granted, &standby, &seq, &head, new(sql.NullInt64)); err != nil {
-		conn.discard() // the server rolls the transaction back
+		if serverAnswered(err, ctx) && conn.simpleExec(ctx, "ROLLBACK") == nil {
+			// The server refused the statement (a serialization failure
+			// among them, which the caller tries again): the connection
+			// is sound and goes back to the pool, not closed, so that
+			// such retries do not open a connection each.
+			conn.release()
+		} else {
+			conn.discard() // the server rolls the transaction back
+		}
 		return c.failure(ctx, "lock", err)
 	}
 	end := "COMMIT"

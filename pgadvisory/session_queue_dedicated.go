@@ -101,6 +101,15 @@ func (c *callState) queueTryOn(ctx context.Context, conn sessionConn, s openedSe
 		}
 		// The statement's transaction is rolled back: it took nothing,
 		// and the call's place is as it was.
+		if serializationFailure(err) {
+			// On a session serializable by default (the caller tries
+			// again): a failure at commit keeps the session locks that the
+			// statement took, which are given back, and the connection
+			// goes back to the pool instead of being closed, so that the
+			// retries of a contended lock do not each open one.
+			c.releasePartial(ctx, conn)
+			return false, c.failure(ctx, "lock", err)
+		}
 		conn.discard()
 		if pooled := pooledStatementError(err); pooled != nil {
 			return false, c.refusal(ctx, "lock", ErrTransactionPooler, pooled)

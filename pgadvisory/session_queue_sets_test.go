@@ -4,14 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgen/lockgen/internal/testkit/frontdoor"
 	"github.com/lockgen/lockgen/internal/testkit/migrated"
 	"github.com/lockgen/lockgen/internal/testkit/testdb"
+	"github.com/lockgen/lockgen/internal/testkit/wirecount"
 	"github.com/lockgen/lockgen/internal/testkit/witness"
 	"github.com/lockgen/lockgen/pgadvisory"
 )
@@ -405,23 +408,43 @@ func TestSessionReadOnlyFallbackKeepsNeighbours(t *testing.T) {
 // serializable by default (default_transaction_isolation = serializable),
 // the queue statements of concurrent session waiters conflict (40001, at
 // once with a few waiters); a try that fails so took nothing and is tried
-// again. 16 goroutines on two Lockers make 20 waiting session calls each
+// again. 16 goroutines on four Lockers make 20 waiting session calls each
 // on one lock and on a set, both kinds of Locker: every call runs, none
-// while another holds its lock, and the queues are empty afterwards.
+// while another holds its lock, and the queues are empty afterwards. A
+// Locker without shared connections, whose tries take pool connections,
+// gives a connection whose try conflicted back to the pool: it opens no
+// more connections than its pool holds (closing them made the pool open
+// one per conflict). Each subtest takes about 5s, as at READ COMMITTED;
+// before the queue's refreshes ran at READ COMMITTED and kept their
+// connections, 50-110s (timing out under load).
 func TestSessionWaitSerializableDefault(t *testing.T) {
 	admin := migrated.DB(t)
 	for conns, lopts := range sessionQueueConns {
 		t.Run(conns, func(t *testing.T) {
 			frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
 				ctx := testdb.Context(t)
-				if len(lopts) == 0 {
+				own := len(lopts) > 0
+				if !own {
 					// More shared connections, more statements at once.
 					lopts = []pgadvisory.LockerOption{pgadvisory.WithSessionConns(4)}
 				}
+				const poolSize = 12         // above the 8 goroutines of each Locker
 				var doors [2]frontdoor.Door // two Lockers, as two processes
+				var dials [2]*wirecount.Counter
 				for i := range doors {
-					doors[i] = frontdoor.Open(t, drv, frontdoor.Locker(lopts...),
-						frontdoor.Settings(map[string]string{"default_transaction_isolation": "serializable"}))
+					dials[i] = wirecount.New()
+					doors[i] = frontdoor.Open(t, drv, frontdoor.Locker(lopts...), frontdoor.MaxConns(poolSize),
+						frontdoor.Settings(map[string]string{"default_transaction_isolation": "serializable"}),
+						frontdoor.Configure(func(cfg *pgx.ConnConfig) { cfg.DialFunc = dials[i].Dial(cfg.DialFunc) }))
+				}
+				if own {
+					defer func() {
+						for i, d := range dials {
+							// The pool's connections, the Locker's listening
+							// connection, and one spare for a reconnection.
+							require.LessOrEqual(t, d.Conns(), int64(poolSize+2), "connections opened by Locker %d", i)
+						}
+					}()
 				}
 				a, b := testdb.Key(t), testdb.Key(t)
 				const goroutines, each = 16, 20
@@ -431,9 +454,73 @@ func TestSessionWaitSerializableDefault(t *testing.T) {
 				}
 				run := newSetRun(sets)
 				concurrentSetCalls(t, admin, run, goroutines, each, []int64{a, b}, func(g, i int) error {
-					return sessionSetCall(ctx, doors[g%2], sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0))
+					return sessionSetCall(ctx, doors[g%len(doors)], sets[i], false, run.sessionFn(i, 0), pgadvisory.WithWait(0))
 				})
+
 			})
 		})
+	}
+}
+
+// TestSessionReleaseSerializationFailure: the release of a session lock
+// taken through the queue (its unlock and the wake-up of the queue's head,
+// which reads the queue, in one statement) that the server fails with a
+// serialization failure (40001, as on a session serializable by default)
+// finishes the release instead of reporting the lock lost, whether the
+// failure came after the unlock ran or before: RunSession returns nil, the
+// lock is free and the queue empty. The server's failure is the Locker's
+// release statement rewritten to raise 40001 after its unlock, or in its
+// place, for every kind of Locker and driver.
+func TestSessionReleaseSerializationFailure(t *testing.T) {
+	admin := migrated.DB(t)
+	_, err := admin.Exec(`CREATE OR REPLACE FUNCTION public.lockgen_test_serialization_failure(n int) RETURNS int
+LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'lockgen test: a serialization failure' USING ERRCODE = '40001'; END$$`)
+	require.NoError(t, err)
+	failures := map[string]func(query string) string{
+		// The unlock runs, then the statement fails.
+		"after-unlock": func(query string) string {
+			return "SELECT public.lockgen_test_serialization_failure(r.n) FROM (" + query + ") AS r"
+		},
+		// The statement fails before its unlock runs (the unlock's
+		// branch, which types the parameter, never runs): the backend
+		// still holds the lock.
+		"before-unlock": func(query string) string {
+			return "SELECT public.lockgen_test_serialization_failure(0) UNION ALL SELECT r.n FROM (" + query + ") AS r WHERE false"
+		},
+	}
+	for conns, lopts := range sessionQueueConns {
+		for when, rewrite := range failures {
+			t.Run(conns+"/"+when, func(t *testing.T) {
+				frontdoor.ForEachDriver(t, func(t *testing.T, drv frontdoor.Driver) {
+					ctx := testdb.Context(t)
+					door := frontdoor.Open(t, drv, frontdoor.Locker(lopts...))
+					var rewritten atomic.Int32
+					counted := func(query string) string {
+						rewritten.Add(1)
+						return rewrite(query)
+					}
+					if l := door.PgxLocker(); l != nil {
+						pgadvisory.ReleaseSQLForTest(l, counted)
+					} else {
+						pgadvisory.ReleaseSQLForTest(door.SQLLocker(), counted)
+					}
+					for _, set := range [][]int64{{testdb.Key(t)}, {testdb.Key(t), testdb.Key(t)}} {
+						ran := false
+						require.NoError(t, sessionSetCall(ctx, door, set, false, func(context.Context) error {
+							ran = true
+							return nil
+						}, pgadvisory.WithWait(10*time.Second)), "the release of %v finished", set)
+						require.True(t, ran)
+						for _, key := range set {
+							var free bool
+							require.NoError(t, admin.QueryRow("SELECT pg_try_advisory_lock($1) AND pg_advisory_unlock($1)", key).Scan(&free))
+							require.True(t, free, "lock %d is free after the release", key)
+						}
+						require.Zero(t, setRows(t, admin, set...), "the queues of %v are empty", set)
+					}
+					require.EqualValues(t, 2, rewritten.Load(), "both releases went through the failing statement")
+				})
+			})
+		}
 	}
 }

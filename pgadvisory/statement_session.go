@@ -19,7 +19,11 @@ func (c *callState) unlockSQL() (string, []any) {
 	query, args := c.unlockOnlySQL()
 	if c.queuedSession {
 		// Taken through lockgen's queue: wake its head (session_queue.go).
-		return c.sessionUnlockWakeSQL(query), args
+		query = c.sessionUnlockWakeSQL(query)
+		if c.locker != nil && c.locker.releaseSQL != nil {
+			query = c.locker.releaseSQL(query)
+		}
+		return query, args
 	}
 	return query, args
 }

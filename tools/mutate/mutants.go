@@ -631,8 +631,8 @@ var Mutants = []Mutant{
 	{
 		Name: "session-queue-release-unwoken", Area: "session",
 		File:    "pgadvisory/statement_session.go",
-		Search:  "\t\treturn c.sessionUnlockWakeSQL(query), args",
-		Replace: "\t\treturn query, args",
+		Search:  "\t\tquery = c.sessionUnlockWakeSQL(query)\n",
+		Replace: "",
 		Promise: "the release of a session lock taken through the queue wakes the head of the queue in another Locker",
 		Pkgs:    pgadvisory, Run: "^TestSessionQueuedHandoffWakes$",
 	},
@@ -786,7 +786,7 @@ var Mutants = []Mutant{
 		Search:  "if err != nil && c.queuedSession && serializationFailure(err) && !c.lead && !(c.shared && sc.sharesKey(l)) {",
 		Replace: "if false && err != nil && c.queuedSession && serializationFailure(err) && !c.lead && !(c.shared && sc.sharesKey(l)) {",
 		Promise: "the release of a queued session lock on a shared connection whose unlock statement failed with 40001 (its wake-up read the queue) finishes the release instead of reporting the lock lost",
-		Pkgs:    pgadvisory, Run: "^TestSessionWaitSerializableDefault$",
+		Pkgs:    pgadvisory, Run: "^(TestSessionWaitSerializableDefault|TestSessionReleaseSerializationFailure)$",
 	},
 	{
 		Name: "session-serializable-release-lost-dedicated", Area: "session",
@@ -794,6 +794,22 @@ var Mutants = []Mutant{
 		Search:  "if err != nil && c.queuedSession && serializationFailure(err) && !c.lead {",
 		Replace: "if false && err != nil && c.queuedSession && serializationFailure(err) && !c.lead {",
 		Promise: "the release of a queued session lock on a connection of its own whose unlock statement failed with 40001 finishes the release instead of reporting the lock lost",
+		Pkgs:    pgadvisory, Run: "^(TestSessionWaitSerializableDefault|TestSessionReleaseSerializationFailure)$",
+	},
+	{
+		Name: "session-serializable-try-closes-connection-dedicated", Area: "session",
+		File:    "pgadvisory/session_queue_dedicated.go",
+		Search:  "\t\t\tc.releasePartial(ctx, conn)\n\t\t\treturn false, c.failure(ctx, \"lock\", err)",
+		Replace: "\t\t\tconn.discard()\n\t\t\treturn false, c.failure(ctx, \"lock\", err)",
+		Promise: "on a session serializable by default, a Locker without shared connections gives the connection of a try that conflicted back to the pool instead of closing it: its contended waiters open no more connections than its pool holds",
+		Pkgs:    pgadvisory, Run: "^TestSessionWaitSerializableDefault$",
+	},
+	{
+		Name: "session-serializable-try-keeps-lock-dedicated", Area: "session",
+		File:    "pgadvisory/session_queue_dedicated.go",
+		Search:  "\t\t\tc.releasePartial(ctx, conn)\n\t\t\treturn false, c.failure(ctx, \"lock\", err)",
+		Replace: "\t\t\tconn.release()\n\t\t\treturn false, c.failure(ctx, \"lock\", err)",
+		Promise: "a try that conflicted at commit on a connection of its own gives back the session locks its statement took before the connection goes back to the pool",
 		Pkgs:    pgadvisory, Run: "^TestSessionWaitSerializableDefault$",
 	},
 	{
