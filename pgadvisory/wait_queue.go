@@ -616,15 +616,17 @@ func (s *waitSub) signal() {
 }
 
 // wakeAll wakes every waiter of each of ids (a released set, or a release
-// whose NOTIFY named no waiter this Locker knows).
+// whose NOTIFY named no waiter this Locker knows), whatever its place:
+// wakeLocked with place 0 would wake only the waiters that have not
+// learned theirs yet whenever one of them has not, and leave the others
+// to their polls.
 func (h *waitHub) wakeAll(ids []int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.subs) == 0 {
-		return
-	}
 	for _, id := range ids {
-		h.wakeLocked(id, 0)
+		for s := range h.subs[id] {
+			s.signal()
+		}
 	}
 }
 

@@ -813,6 +813,14 @@ var Mutants = []Mutant{
 		Pkgs:    pgadvisory, Run: "^TestSessionWaitSerializableDefault$",
 	},
 	{
+		Name: "wake-all-by-place-zero", Area: "waiting",
+		File:    "pgadvisory/wait_queue.go",
+		Search:  "\tfor _, id := range ids {\n\t\tfor s := range h.subs[id] {\n\t\t\ts.signal()\n\t\t}\n\t}",
+		Replace: "\tfor _, id := range ids {\n\t\th.wakeLocked(id, 0)\n\t}",
+		Promise: "a release that wakes every waiter of its lock in the Locker wakes each, whether it knows its place yet or not",
+		Pkgs:    pgadvisory, Run: "^(TestWakeAllWakesEveryPlace|TestQueuedReleaseWakesNamedWaiter)$",
+	},
+	{
 		Name: "session-shared-grant-wakes-nobody", Area: "session",
 		File:    "pgadvisory/session_queue.go",
 		Search:  "func (c *callState) grantedQueued() {\n\tif c.shared {",
